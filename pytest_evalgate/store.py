@@ -1,0 +1,340 @@
+"""The result store: sealed records in atomic, append-only segment files.
+
+Layout (SPEC section 5)::
+
+    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/shard-<i>-of-<N>/seg-<writer>-<seq>.jsonl
+
+A writer (one per process) writes only its own segment files. A segment is JSON Lines, written
+to a hidden temporary file, fsynced, and renamed into place, so it appears whole or not at all;
+a SIGKILL loses at most the records not yet committed. Nothing is ever overwritten or deleted.
+
+Reading verifies every line: malformed JSON, missing fields, checksum failures, records of another
+definition digest, dataset revision or candidate key, and conflicting duplicates are reported as
+``EvalgateStoreProblem`` (file, line, identity, reason); identical duplicates collapse and are
+counted. An identity whose records are all errors has no result; a later success supersedes them.
+
+The filesystem is reached only through ``EvalgateStoreBackend``, so an object store can be added
+without touching callers.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.errors import EvalgateStoreError
+
+EvalgateIdentityKey = tuple[str, str, str, int]
+
+EVALGATE_RECORD_FIELDS = frozenset(
+    {
+        "identity", "definition_digest", "candidate_key", "category", "cluster", "output",
+        "score", "passed", "attempts", "error", "timing", "usage", "finish_reason", "shard",
+        "writer", "started_at", "finished_at", "checksum",
+    }
+)  # fmt: skip
+
+
+class EvalgateStoreBackend(Protocol):
+    """Where segments live. Paths are '/'-separated and relative to the store root."""
+
+    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
+        """Make ``data`` visible at ``relpath`` all at once; refuse to replace an existing file."""
+
+    def evalgate_list(self, prefix: str) -> list[str]:
+        """Every committed segment path under ``prefix`` (recursively), sorted."""
+
+    def evalgate_read(self, relpath: str) -> bytes:
+        """The bytes of one committed segment."""
+
+
+class EvalgateLocalStore:
+    """A store on a local or mounted shared folder (NFS, a PVC, ...)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
+        """Write to a hidden temp file, fsync, rename (no replace), fsync the folder."""
+        target = os.path.join(self.root, relpath)
+        folder = os.path.dirname(target)
+        os.makedirs(folder, exist_ok=True)
+        temp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")
+        with open(temp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            _publish(temp, target)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+        _fsync_dir(folder)
+
+    def evalgate_list(self, prefix: str) -> list[str]:
+        """Committed segments (``*.jsonl``, not hidden) under ``prefix``."""
+        base = os.path.join(self.root, prefix)
+        found: list[str] = []
+        for folder, _dirs, files in os.walk(base):
+            rel = os.path.relpath(folder, self.root)
+            found.extend(f"{rel}/{name}" for name in files if _is_segment(name))
+        return sorted(found)
+
+    def evalgate_read(self, relpath: str) -> bytes:
+        """Read one segment's bytes."""
+        with open(os.path.join(self.root, relpath), "rb") as handle:
+            return handle.read()
+
+
+def _publish(temp: str, target: str) -> None:
+    # A hard link fails when the target exists, so a committed segment is never replaced.
+    # Filesystems without hard links fall back to a checked rename (names are unique per writer).
+    try:
+        os.link(temp, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV) or os.path.exists(target):
+            raise
+        os.rename(temp, target)
+
+
+def _is_segment(name: str) -> bool:
+    return name.endswith(".jsonl") and not name.startswith(".")
+
+
+def _fsync_dir(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def evalgate_seal(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``record`` with its ``checksum`` (sha256 of the canonical record without it)."""
+    body = {key: value for key, value in record.items() if key != "checksum"}
+    body["checksum"] = evalgate_sha256_hex(body)
+    return body
+
+
+def evalgate_identity_key(identity: Mapping[str, Any]) -> EvalgateIdentityKey:
+    """The identity as a hashable tuple (dataset_revision, case_id, candidate, repetition)."""
+    return (
+        str(identity["dataset_revision"]),
+        str(identity["case_id"]),
+        str(identity["candidate"]),
+        int(identity["repetition"]),
+    )
+
+
+def evalgate_candidate_prefix(suite: str, definition_digest: str, candidate_key: str) -> str:
+    """The store folder of one candidate under one definition."""
+    return f"{suite}/{definition_digest[:16]}/{candidate_key}"
+
+
+def evalgate_writer_id() -> str:
+    """A writer id unique to this process: host, pid and a random suffix."""
+    host = socket.gethostname().replace("/", "_")[:40]
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class EvalgateSegmentWriter:
+    """Buffers this process's records and commits them as atomic segments.
+
+    ``add`` never writes; ``evalgate_commit`` writes one segment per candidate folder with
+    pending records; ``evalgate_maybe_commit`` does so when enough records or time piled up.
+    """
+
+    def __init__(
+        self,
+        backend: EvalgateStoreBackend,
+        shard_dir: str,
+        *,
+        writer: str | None = None,
+        max_records: int = 512,
+        max_age_s: float = 0.5,
+    ) -> None:
+        self.backend = backend
+        self.shard_dir = shard_dir
+        self.writer = writer or evalgate_writer_id()
+        self.max_records = max_records
+        self.max_age_s = max_age_s
+        self._pending: dict[str, list[bytes]] = {}
+        self._count = 0
+        self._oldest = 0.0
+        self._seq = 0
+        self.committed = 0
+
+    def evalgate_add(self, prefix: str, record: Mapping[str, Any]) -> None:
+        """Queue one sealed record for the candidate folder ``prefix``."""
+        if not self._count:
+            self._oldest = time.monotonic()
+        self._pending.setdefault(prefix, []).append(evalgate_canonical_json(record) + b"\n")
+        self._count += 1
+
+    def evalgate_maybe_commit(self) -> None:
+        """Commit when ``max_records`` are pending or the oldest is ``max_age_s`` old."""
+        if self._count >= self.max_records or (
+            self._count and time.monotonic() - self._oldest >= self.max_age_s
+        ):
+            self.evalgate_commit()
+
+    def evalgate_commit(self) -> None:
+        """Write every pending record; each candidate folder gets one new segment."""
+        for prefix, lines in self._pending.items():
+            self._seq += 1
+            relpath = f"{prefix}/{self.shard_dir}/seg-{self.writer}-{self._seq:06d}.jsonl"
+            try:
+                self.backend.evalgate_write_atomic(relpath, b"".join(lines))
+            except OSError as exc:
+                raise EvalgateStoreError(f"{relpath}: cannot commit segment: {exc}") from exc
+            self.committed += len(lines)
+        self._pending.clear()
+        self._count = 0
+
+
+@dataclass(frozen=True)
+class EvalgateStoreProblem:
+    """One thing wrong in the store, with where it is."""
+
+    file: str
+    line: int
+    identity: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.identity}: {self.reason}"
+
+
+@dataclass
+class EvalgateStoreView:
+    """What a store holds for one candidate under one definition, verified."""
+
+    results: dict[EvalgateIdentityKey, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[EvalgateIdentityKey, dict[str, Any]] = field(default_factory=dict)
+    duplicates: int = 0
+    problems: list[EvalgateStoreProblem] = field(default_factory=list)
+    segments: int = 0
+
+
+@dataclass(frozen=True)
+class EvalgateExpectation:
+    """What every record in a candidate folder must agree with."""
+
+    definition_digest: str
+    dataset_revision: str
+    candidate_key: str
+
+
+def evalgate_read_candidate(
+    backend: EvalgateStoreBackend, prefix: str, expect: EvalgateExpectation
+) -> EvalgateStoreView:
+    """Read and verify every committed record under a candidate folder."""
+    view = EvalgateStoreView()
+    for relpath in backend.evalgate_list(prefix):
+        view.segments += 1
+        for number, line in _lines(backend, relpath):
+            _take(view, relpath, number, line, expect)
+    return view
+
+
+def _lines(backend: EvalgateStoreBackend, relpath: str) -> Iterator[tuple[int, bytes]]:
+    data = backend.evalgate_read(relpath)
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.strip():
+            yield number, line
+
+
+def _take(
+    view: EvalgateStoreView, relpath: str, number: int, line: bytes, expect: EvalgateExpectation
+) -> None:
+    record, reason = _parse_record(line, expect)
+    if record is None:
+        view.problems.append(EvalgateStoreProblem(relpath, number, _identity_text(line), reason))
+        return
+    key = evalgate_identity_key(record["identity"])
+    if record["error"] is not None:
+        view.errors.setdefault(key, record)
+        return
+    _merge_result(view, relpath, number, key, record)
+
+
+def _merge_result(
+    view: EvalgateStoreView,
+    relpath: str,
+    number: int,
+    key: EvalgateIdentityKey,
+    record: dict[str, Any],
+) -> None:
+    existing = view.results.get(key)
+    if existing is None:
+        view.results[key] = record
+        view.errors.pop(key, None)
+    elif _content(existing) == _content(record):
+        view.duplicates += 1
+    else:
+        reason = "conflicting duplicate: same identity, different output or score"
+        view.problems.append(EvalgateStoreProblem(relpath, number, _key_text(key), reason))
+
+
+def _content(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (record["output"], record["score"], record["passed"], record["finish_reason"])
+
+
+def _parse_record(line: bytes, expect: EvalgateExpectation) -> tuple[dict[str, Any] | None, str]:
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None, "malformed line (not JSON): a truncated or corrupted record"
+    if not isinstance(record, dict) or set(record) != EVALGATE_RECORD_FIELDS:
+        return None, "malformed record: fields differ from the record schema"
+    if evalgate_seal(record)["checksum"] != record["checksum"]:
+        return None, "checksum mismatch: the record was altered or corrupted"
+    return _check_expectation(record, expect)
+
+
+def _check_expectation(
+    record: dict[str, Any], expect: EvalgateExpectation
+) -> tuple[dict[str, Any] | None, str]:
+    if record["definition_digest"] != expect.definition_digest:
+        return None, f"foreign definition digest {str(record['definition_digest'])[:16]}"
+    if record["candidate_key"] != expect.candidate_key:
+        return None, f"foreign candidate key {record['candidate_key']}"
+    identity = record["identity"]
+    if (
+        not isinstance(identity, dict)
+        or identity.get("dataset_revision") != expect.dataset_revision
+    ):
+        return None, "foreign dataset revision"
+    return record, ""
+
+
+def _identity_text(line: bytes) -> str:
+    try:
+        identity = json.loads(line)["identity"]
+        return _key_text(evalgate_identity_key(identity))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return "<unreadable identity>"
+
+
+def _key_text(key: EvalgateIdentityKey) -> str:
+    revision, case_id, candidate, repetition = key
+    return f"{revision}/{candidate}/{case_id}[r{repetition}]"
+
+
+def evalgate_identity_text(key: EvalgateIdentityKey) -> str:
+    """Human-readable identity: ``revision/candidate/case[rN]``."""
+    return _key_text(key)
+
+
+def evalgate_iter_problems(views: Iterable[EvalgateStoreView]) -> Iterator[EvalgateStoreProblem]:
+    """Every problem of several views, in order."""
+    for view in views:
+        yield from view.problems
