@@ -16,7 +16,55 @@ EvalgateRunner = Callable[[argparse.Namespace], int]
 
 
 def _evalgate_subcommands() -> list[tuple[str, str, EvalgateAdder, EvalgateRunner]]:
-    return []
+    return [
+        ("keygen", "write an ECDSA P-256 signing key pair", _keygen_arguments, _keygen_run),
+        ("verify", "check a signed decision record", _verify_arguments, _verify_run),
+        ("override", "sign an override of a decision", _override_arguments, _override_run),
+    ]
+
+
+def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dir", default=".", help="where to write evalgate.key and evalgate.pub")
+
+
+def _keygen_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.attest import evalgate_keygen_main
+
+    return evalgate_keygen_main(args.dir)
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("envelope", help="DSSE envelope of a decision record")
+    parser.add_argument("--key", required=True, help="PEM public key")
+    parser.add_argument("--override", help="DSSE envelope of an override of this decision")
+    parser.add_argument(
+        "--require-pass", action="store_true", help="fail unless verdict pass or a valid override"
+    )
+
+
+def _verify_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.attest import evalgate_verify_main
+
+    return evalgate_verify_main(
+        args.envelope, args.key, args.override, require_pass=args.require_pass
+    )
+
+
+def _override_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("decision", help="DSSE envelope of the decision to override")
+    parser.add_argument("--approver", required=True, help="who approves shipping")
+    parser.add_argument("--reason", required=True, help="why")
+    parser.add_argument("--expires", required=True, help="ISO 8601 time with zone, <= 90 days")
+    parser.add_argument("--key", required=True, help="PEM private key of the approver")
+    parser.add_argument("--output", help="default: <decision>.override.json")
+
+
+def _override_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.attest import evalgate_override_main
+
+    return evalgate_override_main(
+        args.decision, args.approver, args.reason, args.expires, args.key, args.output
+    )
 
 
 def evalgate_build_parser() -> argparse.ArgumentParser:
