@@ -20,7 +20,20 @@ def _evalgate_subcommands() -> list[tuple[str, str, EvalgateAdder, EvalgateRunne
         ("keygen", "write an ECDSA P-256 signing key pair", _keygen_arguments, _keygen_run),
         ("verify", "check a signed decision record", _verify_arguments, _verify_run),
         ("override", "sign an override of a decision", _override_arguments, _override_run),
+        ("serve", "run the simulated model (not a real model)", _serve_arguments, _serve_run),
     ]
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from pytest_evalgate.simulated import evalgate_sim_add_arguments
+
+    evalgate_sim_add_arguments(parser)
+
+
+def _serve_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.simulated import evalgate_sim_run
+
+    return evalgate_sim_run(args)
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
