@@ -1,10 +1,319 @@
-"""pytest plugin entry point (composition root). Inert unless ``--evalgate`` is given."""
+"""pytest plugin entry point: the composition root, and the only module with pytest hooks.
+
+Without ``--evalgate`` only the options are added and nothing else happens. With it, an
+``EvalgatePlugin`` is registered that collects ``evalgate.yaml`` suites, runs their identities on
+the background runner ahead of the item loop, and gates the session at the controller.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import pytest
+
+from pytest_evalgate import hookspecs
+from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
+from pytest_evalgate.endpoints import EvalgateEndpointPool
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.items import EVALGATE_PLUGIN_KEY, EvalgateFile, EvalgateItem
+from pytest_evalgate.manifest import EVALGATE_MANIFEST_NAME, evalgate_load_manifest
+from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
+from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
+from pytest_evalgate.shard import EvalgateShardSpec, evalgate_parse_shard, evalgate_sub_shard
+from pytest_evalgate.store import (
+    EvalgateExpectation,
+    EvalgateLocalStore,
+    EvalgateSegmentWriter,
+    evalgate_candidate_prefix,
+    evalgate_read_candidate,
+)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("evalgate", "LLM evaluations as a release gate")
-    group.addoption("--evalgate", action="store_true", default=False, help="turn evalgate on")
+    group = parser.getgroup("evalgate", "LLM evaluations as a release gate (pytest-evalgate)")
+    group.addoption(
+        "--evalgate",
+        action="store_true",
+        default=False,
+        help="turn evalgate on; without it the plugin is inert",
+    )
+    group.addoption(
+        "--evalgate-store",
+        default=None,
+        metavar="PATH",
+        help="result store root (default .evalgate/, or the evalgate_store ini key)",
+    )
+    group.addoption(
+        "--evalgate-shard",
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N; auto/N reads JOB_COMPLETION_INDEX",
+    )
+    group.addoption(
+        "--evalgate-candidate",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="restrict to these candidates (repeatable)",
+    )
+    group.addoption(
+        "--evalgate-aggregate",
+        action="store_true",
+        default=False,
+        help="send no requests: verify the store and gate what it holds",
+    )
+    group.addoption(
+        "--evalgate-policy",
+        default=None,
+        metavar="PATH",
+        help="gate policy (default: the suite's gate.yaml)",
+    )
+    group.addoption(
+        "--evalgate-report",
+        default=None,
+        metavar="DIR",
+        help="write decision.json, report.md and forest.png to DIR",
+    )
+    group.addoption(
+        "--evalgate-sign-key",
+        default=None,
+        metavar="PEM",
+        help="sign the decision record with this ECDSA P-256 private key",
+    )
+    group.addoption(
+        "--evalgate-request-log",
+        default=None,
+        metavar="FILE",
+        help="simulated endpoints append one JSON line per request here",
+    )
+    parser.addini("evalgate_store", "result store root", default=".evalgate")
+    parser.addini("evalgate_policy", "gate policy path", default="")  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("evalgate"):
+        return
+    plugin = EvalgatePlugin(config)
+    config.stash[EVALGATE_PLUGIN_KEY] = plugin
+    config.pluginmanager.register(plugin, "evalgate-plugin")
+
+
+class EvalgateSuite:
+    """A loaded suite: manifest, scorer, threshold."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self.manifest = evalgate_load_manifest(path)
+        evaluator = self.manifest.evaluator
+        options = dict(evaluator["options"])
+        extra: dict[str, Any] = {}
+        for found in config.hook.pytest_evalgate_scorers(config=config):
+            extra.update(found or {})
+        self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        self.threshold = evalgate_threshold(options, path)
+
+
+class EvalgatePlugin:
+    """Per-session state and the hooks that wire the stages together."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.suites: dict[str, EvalgateSuite | None] = {}
+        self.config_errors: list[EvalgateConfigError] = []
+        self.shard = self._shard_spec()
+        self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
+        self.backend = EvalgateLocalStore(self.store_root)
+        self.candidates = set(config.getoption("evalgate_candidate"))
+        self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
+        self.runner: EvalgateRunner | None = None
+        self.pool: EvalgateEndpointPool | None = None
+        self.stored: dict[Any, dict[str, Any]] = {}
+        self.works: dict[Any, EvalgateWork] = {}
+
+    def _shard_spec(self) -> EvalgateShardSpec | None:
+        text = self.config.getoption("evalgate_shard")
+        if text is None:
+            return None
+        try:
+            return evalgate_parse_shard(text)
+        except EvalgateConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    # -- collection -------------------------------------------------------------------------
+
+    def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.File | None:
+        if file_path.name == EVALGATE_MANIFEST_NAME:
+            return EvalgateFile.from_parent(parent, path=file_path)
+        return None
+
+    def evalgate_suite(self, path: str) -> EvalgateSuite | None:
+        """The suite at ``path``, loaded once; a config error is kept for a usage error."""
+        if path not in self.suites:
+            try:
+                self.suites[path] = EvalgateSuite(self.config, path)
+            except EvalgateConfigError as exc:
+                self.config_errors.append(exc)
+                self.suites[path] = None
+        return self.suites[path]
+
+    def evalgate_wants_candidate(self, name: str) -> bool:
+        """Whether ``--evalgate-candidate`` selects ``name`` (all when not given)."""
+        return not self.candidates or name in self.candidates
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        if self.config_errors:
+            raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
+        if self.shard is None or self.shard.count == 1:
+            return
+        keep: list[Any] = []
+        drop: list[Any] = []
+        for item in items:
+            mine = not isinstance(item, EvalgateItem) or self._in_shard(item)
+            (keep if mine else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def _in_shard(self, item: EvalgateItem) -> bool:
+        assert self.shard is not None
+        return item.evalgate_shard(self.shard.count) == self.shard.index
+
+    # -- running ----------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        items = [item for item in session.items if isinstance(item, EvalgateItem)]
+        try:
+            if items and not self.aggregate_only:
+                self._start(items)
+            return (yield)
+        finally:
+            self._stop()
+
+    def _start(self, items: list[EvalgateItem]) -> None:
+        self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
+        runs = self._suite_runs(items)
+        works = self._works(items, runs)
+        mine = self._prefetch(works)
+        writer = EvalgateSegmentWriter(self.backend, self._shard_dir())
+        budget = next(iter(runs.values())).manifest.budget
+        parts = self._parts()
+        index = self._part_index()
+        self.runner = EvalgateRunner(
+            mine,
+            writer,
+            lambda: EvalgateLimiter(
+                int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
+                _share_or_none(budget["requests_per_second"], parts, index),
+                _share_or_none(budget["tokens_per_minute"], parts, index),
+            ),
+            concurrency=int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
+        )
+        self.runner.evalgate_start()
+
+    def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
+        assert self.pool is not None
+        runs: dict[str, EvalgateSuiteRun] = {}
+        for path in sorted({item.suite_path for item in items}):
+            suite = self.suites[path]
+            assert suite is not None
+            runs[path] = self._suite_run(suite)
+        return runs
+
+    def _suite_run(self, suite: EvalgateSuite) -> EvalgateSuiteRun:
+        assert self.pool is not None
+        manifest = suite.manifest
+        replica = self._part_index()
+        candidates = manifest.candidates.values()
+        endpoints = {c.name: self.pool.evalgate_endpoint(manifest, c, replica) for c in candidates}
+        keys = {c.name: c.key for c in candidates}
+        prefixes = {
+            name: evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+            for name, key in keys.items()
+        }
+        for name, prefix in prefixes.items():
+            self._load_stored(
+                manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
+            )
+        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, endpoints, prefixes, keys)
+
+    def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
+        view = evalgate_read_candidate(
+            self.backend, prefix, EvalgateExpectation(digest, revision, key)
+        )
+        self.stored.update(view.results)
+
+    def _works(
+        self, items: list[EvalgateItem], runs: dict[str, EvalgateSuiteRun]
+    ) -> list[EvalgateWork]:
+        works = []
+        for item in items:
+            run = runs[item.suite_path]
+            key = item.evalgate_key
+            shard = item.evalgate_shard(run.manifest.shards)
+            work = EvalgateWork(key, run, item.case, item.candidate, item.repetition, shard)
+            self.works[key] = work
+            if key not in self.stored:
+                works.append(work)
+        return works
+
+    def _prefetch(self, works: list[EvalgateWork]) -> list[EvalgateWork]:
+        count = self._worker_count()
+        if count <= 1:
+            return works
+        shards = self.shard.count if self.shard else 1
+        index = self._worker_index()
+        return [w for w in works if evalgate_sub_shard(w.case.case_id, shards, count) == index]
+
+    def _worker_count(self) -> int:
+        workerinput = getattr(self.config, "workerinput", None)
+        return int(workerinput["workercount"]) if workerinput else 1
+
+    def _worker_index(self) -> int:
+        workerinput = getattr(self.config, "workerinput", None)
+        return int(str(workerinput["workerid"]).removeprefix("gw")) if workerinput else 0
+
+    def _parts(self) -> int:
+        return (self.shard.count if self.shard else 1) * self._worker_count()
+
+    def _part_index(self) -> int:
+        shard_index = self.shard.index if self.shard else 0
+        return shard_index * self._worker_count() + self._worker_index()
+
+    def _shard_dir(self) -> str:
+        spec = self.shard or EvalgateShardSpec(0, 1)
+        return f"shard-{spec.index}-of-{spec.count}"
+
+    def _stop(self) -> None:
+        try:
+            if self.runner is not None:
+                self.runner.evalgate_close()
+        finally:
+            if self.pool is not None:
+                self.pool.evalgate_close()
+
+    def evalgate_record_for(self, item: EvalgateItem) -> dict[str, Any]:
+        """The record of ``item``: from the store when committed before, else from the runner."""
+        key = item.evalgate_key
+        stored = self.stored.get(key)
+        if stored is not None:
+            return stored
+        if self.aggregate_only or self.runner is None:
+            return _missing(key)
+        work = self.works[key]
+        record = self.runner.evalgate_wait(work)
+        return record
+
+
+def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
+    return None if total is None else float(evalgate_share(total, parts, index, integer=False))
+
+
+def _missing(key: Any) -> dict[str, Any]:
+    message = "no committed record in the store (aggregate mode sends no requests)"
+    return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}

@@ -1,0 +1,89 @@
+"""Resolve a candidate's base URL into an endpoint this process calls.
+
+A list of base URLs is a list of replicas: replica ``k`` (the shard index of a pod, or the xdist
+worker index) uses entry ``k mod len``. ``simulated://?knobs`` URLs start the built-in simulated
+model as a subprocess on 127.0.0.1 (its own core), with an answer key written from the suite's
+dataset; the pool stops every simulator it started. API keys come from the environment variable
+the manifest names; keys never enter files.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest import EvalgateCandidate, EvalgateManifest
+from pytest_evalgate.simulated import (
+    evalgate_parse_simulated_url,
+    evalgate_spawn_simulator,
+    evalgate_write_answer_key,
+)
+
+EVALGATE_SIMULATED_SCHEME = "simulated://"
+
+
+class EvalgateEndpointPool:
+    """Builds endpoints for candidates and owns the simulators it spawned."""
+
+    def __init__(self, request_log: str | None = None) -> None:
+        self._request_log = request_log
+        self._simulators: dict[tuple[str, str], Any] = {}
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+
+    def evalgate_endpoint(
+        self, manifest: EvalgateManifest, candidate: EvalgateCandidate, replica: int
+    ) -> EvalgateEndpoint:
+        """The endpoint of ``candidate`` for replica index ``replica``."""
+        url = candidate.base_urls[replica % len(candidate.base_urls)]
+        if url.startswith(EVALGATE_SIMULATED_SCHEME):
+            url = self._simulated(manifest, url)
+        return EvalgateEndpoint(
+            base_url=url.rstrip("/"),
+            model=candidate.model,
+            api=manifest.api,
+            api_key=_api_key(manifest, candidate),
+            timeout_s=float(manifest.budget["timeout_s"]),
+            max_attempts=int(manifest.budget["max_attempts"]),
+            stream=manifest.stream,
+        )
+
+    def evalgate_close(self) -> None:
+        """Stop every simulator this pool started."""
+        for simulator in self._simulators.values():
+            simulator.stop()
+        self._simulators.clear()
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+
+    def _simulated(self, manifest: EvalgateManifest, url: str) -> str:
+        key = (manifest.path, url)
+        if key not in self._simulators:
+            config = evalgate_parse_simulated_url(url)
+            answers = self._answer_key(manifest)
+            self._simulators[key] = evalgate_spawn_simulator(
+                config, answers, request_log=self._request_log
+            )
+        return str(self._simulators[key].base_url)
+
+    def _answer_key(self, manifest: EvalgateManifest) -> str:
+        if self._tempdir is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="evalgate-sim-")
+        path = os.path.join(self._tempdir.name, f"answers-{len(self._simulators)}.jsonl")
+        rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
+        evalgate_write_answer_key(path, rows)
+        return path
+
+
+def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:
+    name = candidate.api_key_env
+    if name is None:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        key = f"candidates.{candidate.name}.api_key_env"
+        raise EvalgateConfigError(manifest.path, key, f"environment variable {name} is not set")
+    return value

@@ -1,0 +1,154 @@
+"""pytest nodes: a suite file, one collector per candidate, one item per identity.
+
+Node ids name suite, candidate, case and repetition:
+``suites/support/evalgate.yaml::baseline::refund-002[r1]``. The category and the case id are
+keywords, so ``-k billing`` selects a slice. Items do not call endpoints: the runner produced
+their records ahead of the item loop; an item waits for its own record, then reports
+
+- **passed** (scored correct), **failed** (scored wrong: the message has the score; target and
+  output go to a report section, which the terminal shows and JUnit leaves out unless asked),
+- **error** (setup fails: the endpoint ended in error after retries; category in the message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import pytest
+
+from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
+from pytest_evalgate.shard import shard_for
+from pytest_evalgate.store import EvalgateIdentityKey
+
+
+class EvalgateLoadedSuite(Protocol):
+    """What items need of a loaded suite."""
+
+    manifest: EvalgateManifest
+
+
+class EvalgateSession(Protocol):
+    """What items need of the plugin (which imports this module, not the other way)."""
+
+    def evalgate_suite(self, path: str) -> EvalgateLoadedSuite | None:
+        """The loaded suite at ``path`` (None after a config error)."""
+
+    def evalgate_wants_candidate(self, name: str) -> bool:
+        """Whether the candidate is selected."""
+
+    def evalgate_record_for(self, item: EvalgateItem) -> dict[str, Any]:
+        """The record of ``item`` (blocks until the runner has it)."""
+
+
+EVALGATE_PLUGIN_KEY = pytest.StashKey[EvalgateSession]()
+_CUT = 160
+
+
+class EvalgateFile(pytest.File):
+    """An ``evalgate.yaml``: collects one node per candidate."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        plugin = self.config.stash[EVALGATE_PLUGIN_KEY]
+        suite = plugin.evalgate_suite(str(self.path))
+        if suite is None:
+            return
+        for name in suite.manifest.candidates:
+            if plugin.evalgate_wants_candidate(name):
+                yield EvalgateCandidateNode.from_parent(self, name=name)
+
+
+class EvalgateCandidateNode(pytest.Collector):
+    """One candidate of a suite: collects (case, repetition) items in dataset order."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
+        parent = self.parent
+        assert isinstance(parent, EvalgateFile)
+        suite = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_suite(str(parent.path))
+        assert suite is not None
+        for case in suite.manifest.cases:
+            for repetition in range(suite.manifest.repetitions):
+                yield EvalgateItem.from_parent(
+                    self, name=f"{case.case_id}[r{repetition}]", case=case, repetition=repetition
+                )
+
+
+class EvalgateItem(pytest.Item):
+    """One identity: (dataset revision, case, candidate, repetition)."""
+
+    def __init__(self, *, case: EvalgateCase, repetition: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.repetition = repetition
+        self.candidate = self.parent.name if self.parent is not None else ""
+        self.suite_path = str(self.path)
+        self.extra_keyword_matches.update({case.category, case.case_id})
+        self.record: dict[str, Any] | None = None
+
+    @property
+    def evalgate_key(self) -> EvalgateIdentityKey:
+        """The identity key of this item."""
+        suite = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_suite(self.suite_path)
+        assert suite is not None
+        revision = suite.manifest.dataset_revision
+        return (revision, self.case.case_id, self.candidate, self.repetition)
+
+    def evalgate_shard(self, count: int) -> int:
+        """The shard of this item's case among ``count`` shards."""
+        return shard_for(self.case.case_id, count)
+
+    def setup(self) -> None:
+        """Wait for this identity's record; an endpoint error is this item's error."""
+        record = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_record_for(self)
+        self.record = record
+        self._properties(record)
+        error = record.get("error")
+        if error is not None:
+            status = f" (HTTP {error['status']})" if error.get("status") else ""
+            pytest.fail(
+                f"endpoint error [{error['category']}]{status} after {record.get('attempts', 0)}"
+                f" attempt(s): {error['message']}",
+                pytrace=False,
+            )
+
+    def runtest(self) -> None:
+        """Fail when the stored record was scored wrong."""
+        record = self.record
+        assert record is not None
+        if record["passed"]:
+            return
+        self.add_report_section("call", "evalgate answer", self._answer_text(record))
+        pytest.fail(
+            f"wrong answer [{self.case.category}]: score {record['score']:.2f}"
+            f" (case {self.case.case_id}, {self.candidate}, r{self.repetition})",
+            pytrace=False,
+        )
+
+    def _answer_text(self, record: dict[str, Any]) -> str:
+        return f"target: {_cut(self.case.target)}\noutput: {_cut(record.get('output') or '')}\n"
+
+    def _properties(self, record: dict[str, Any]) -> None:
+        timing = record.get("timing") or {}
+        usage = record.get("usage") or {}
+        error = record.get("error")
+        revision, case_id, candidate, repetition = self.evalgate_key
+        self.user_properties.extend(
+            [
+                ("evalgate.identity", f"{revision}/{candidate}/{case_id}/r{repetition}"),
+                ("evalgate.category", self.case.category),
+                ("evalgate.score", record.get("score")),
+                ("evalgate.attempts", record.get("attempts")),
+                ("evalgate.ttft_s", timing.get("ttft_s")),
+                ("evalgate.completion_tokens", usage.get("completion_tokens")),
+                ("evalgate.error_category", error["category"] if error else None),
+            ]
+        )
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        """Location shown in reports: the suite file and the identity."""
+        return str(self.path), None, f"{self.candidate}::{self.name}"
+
+
+def _cut(text: str) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= _CUT else text[: _CUT - 3] + "..."
