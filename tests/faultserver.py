@@ -60,6 +60,7 @@ class Arrival:
     identity: str
     attempt: int
     at: float  # time.monotonic() when the handler started
+    wall: float  # time.time() at the same moment
     path: str
     body: dict[str, Any]
     headers: dict[str, str]
@@ -132,6 +133,7 @@ class FaultServer:
                 identity=identity,
                 attempt=int(request.headers.get("x-evalgate-attempt", "0")),
                 at=time.monotonic(),
+                wall=time.time(),
                 path=request.path,
                 body=body,
                 headers=dict(request.headers),
