@@ -1,0 +1,294 @@
+"""Aggregation: accept a result set only when it is whole, then combine by denominators.
+
+Expected identities are the selected cases x selected candidates x repetitions. Each must be in
+the store exactly once: identical duplicates collapse (counted), while conflicting duplicates,
+foreign digests or revisions, and malformed or checksum-failing rows make the set **invalid**
+(listed by file and identity). Missing or errored identities make it **incomplete** (counted,
+errors by category). A selection smaller than the suite makes the verdict **partial**.
+
+Rates combine by denominators (9/10 and 10/20 give 19/30), per candidate and per category.
+The paired gate input holds, per case with complete results for both sides, the mean score over
+repetitions; everything the gate computes starts from it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.store import (
+    EvalgateExpectation,
+    EvalgateIdentityKey,
+    EvalgateStoreBackend,
+    EvalgateStoreProblem,
+    EvalgateStoreView,
+    evalgate_candidate_prefix,
+    evalgate_read_candidate,
+)
+
+EVALGATE_PERF_METRICS = ("ttft", "tpot", "itl", "e2e", "output_tokens")
+
+
+@dataclass(frozen=True)
+class EvalgateSelection:
+    """What was selected of a suite: candidates and case ids."""
+
+    candidates: tuple[str, ...]
+    case_ids: tuple[str, ...]
+
+    def evalgate_is_full(self, manifest: EvalgateManifest) -> bool:
+        """Whether this selection is the whole suite."""
+        return set(self.candidates) == set(manifest.candidates) and len(set(self.case_ids)) == len(
+            manifest.cases
+        )
+
+
+@dataclass(frozen=True)
+class EvalgateGateInput:
+    """Paired per-case data for the gate (see docs/architecture.md)."""
+
+    case_ids: tuple[str, ...]
+    categories: npt.NDArray[np.str_]
+    clusters: npt.NDArray[np.str_]
+    candidate_scores: npt.NDArray[np.float64]
+    baseline_scores: npt.NDArray[np.float64]
+    candidate_fail_counts: npt.NDArray[np.int64]
+    candidate_trials: npt.NDArray[np.int64]
+    repetitions: tuple[int, int]
+    perf: Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]
+    error_rates: Mapping[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class EvalgateRate:
+    """A rate with its denominator: passed of scored."""
+
+    passed: int
+    scored: int
+
+    @property
+    def rate(self) -> float | None:
+        """passed / scored, or None with nothing scored."""
+        return self.passed / self.scored if self.scored else None
+
+    def evalgate_add(self, other: EvalgateRate) -> EvalgateRate:
+        """Combine by denominators."""
+        return EvalgateRate(self.passed + other.passed, self.scored + other.scored)
+
+
+@dataclass
+class EvalgateAggregate:
+    """The verified content of a store for one selection, and its status."""
+
+    status: str
+    partial: bool
+    expected: int
+    completed: int
+    missing: int
+    errors: Counter[str]
+    duplicates: int
+    problems: list[EvalgateStoreProblem]
+    rates: dict[str, dict[str, EvalgateRate]]
+    flipped: list[dict[str, Any]] = field(default_factory=list)
+    canary_hits: int = 0
+    gate_input: EvalgateGateInput | None = None
+
+
+def evalgate_aggregate(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    pair: tuple[str, str] | None,
+) -> EvalgateAggregate:
+    """Read, verify and combine what the store holds for ``selection``.
+
+    ``pair`` is (candidate name, baseline name) for the paired gate input, or None.
+    """
+    views = {name: _read(backend, manifest, name) for name in selection.candidates}
+    expected = _expected(manifest, selection)
+    results, errors, missing = _classify(expected, views)
+    problems = [problem for view in views.values() for problem in view.problems]
+    aggregate = EvalgateAggregate(
+        status=_status(problems, errors, missing),
+        partial=not selection.evalgate_is_full(manifest),
+        expected=len(expected),
+        completed=len(results),
+        missing=missing,
+        errors=errors,
+        duplicates=sum(view.duplicates for view in views.values()),
+        problems=problems,
+        rates=_rates(results.values()),
+        canary_hits=_canary_hits(manifest.canary, results.values()),
+    )
+    if pair is not None and all(name in selection.candidates for name in pair):
+        aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
+        aggregate.flipped = _flipped(aggregate.gate_input)
+    return aggregate
+
+
+def _read(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str
+) -> EvalgateStoreView:
+    key = manifest.candidates[name].key
+    prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key)
+    return evalgate_read_candidate(backend, prefix, expect)
+
+
+def _expected(
+    manifest: EvalgateManifest, selection: EvalgateSelection
+) -> list[EvalgateIdentityKey]:
+    revision = manifest.dataset_revision
+    return [
+        (revision, case_id, name, repetition)
+        for name in selection.candidates
+        for case_id in selection.case_ids
+        for repetition in range(manifest.repetitions)
+    ]
+
+
+def _classify(
+    expected: Sequence[EvalgateIdentityKey], views: Mapping[str, EvalgateStoreView]
+) -> tuple[dict[EvalgateIdentityKey, dict[str, Any]], Counter[str], int]:
+    results: dict[EvalgateIdentityKey, dict[str, Any]] = {}
+    errors: Counter[str] = Counter()
+    missing = 0
+    for key in expected:
+        view = views[key[2]]
+        if key in view.results:
+            results[key] = view.results[key]
+        elif key in view.errors:
+            errors[view.errors[key]["error"]["category"]] += 1
+        else:
+            missing += 1
+    return results, errors, missing
+
+
+def _status(problems: Sequence[EvalgateStoreProblem], errors: Counter[str], missing: int) -> str:
+    if problems:
+        return "invalid"
+    if missing or sum(errors.values()):
+        return "incomplete"
+    return "complete"
+
+
+def _rates(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, EvalgateRate]]:
+    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for record in records:
+        name = record["identity"]["candidate"]
+        for slice_name in ("all", record["category"]):
+            cell = counts[name][slice_name]
+            cell[0] += bool(record["passed"])
+            cell[1] += 1
+    return {
+        name: {slice_name: EvalgateRate(p, n) for slice_name, (p, n) in sorted(slices.items())}
+        for name, slices in sorted(counts.items())
+    }
+
+
+def _canary_hits(canary: str | None, records: Iterable[Mapping[str, Any]]) -> int:
+    if not canary:
+        return 0
+    return sum(1 for record in records if canary in (record["output"] or ""))
+
+
+def _gate_input(
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    results: Mapping[EvalgateIdentityKey, dict[str, Any]],
+    pair: tuple[str, str],
+    expected: Sequence[EvalgateIdentityKey],
+    errors: Counter[str],
+) -> EvalgateGateInput:
+    candidate, baseline = pair
+    index = manifest.evalgate_case_index()
+    reps = range(manifest.repetitions)
+    revision = manifest.dataset_revision
+    paired = [
+        case_id
+        for case_id in sorted(selection.case_ids)
+        if all((revision, case_id, name, r) in results for name in pair for r in reps)
+    ]
+
+    def scores(name: str) -> list[list[float]]:
+        return [[results[(revision, c, name, r)]["score"] for r in reps] for c in paired]
+
+    cand, base = np.array(scores(candidate), dtype=float), np.array(scores(baseline), dtype=float)
+    cand_passed = np.array(
+        [[bool(results[(revision, c, candidate, r)]["passed"]) for r in reps] for c in paired]
+    )
+    shape = (len(paired), manifest.repetitions)
+    cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
+    return EvalgateGateInput(
+        case_ids=tuple(paired),
+        categories=np.array([index[c].category for c in paired], dtype=str),
+        clusters=np.array([index[c].cluster for c in paired], dtype=str),
+        candidate_scores=cand.mean(axis=1) if paired else np.zeros(0),
+        baseline_scores=base.mean(axis=1) if paired else np.zeros(0),
+        candidate_fail_counts=(~cand_passed).sum(axis=1).astype(np.int64),
+        candidate_trials=np.full(len(paired), manifest.repetitions, dtype=np.int64),
+        repetitions=(manifest.repetitions, manifest.repetitions),
+        perf=_perf(results.values(), pair),
+        error_rates=_error_rates(expected, results, pair),
+    )
+
+
+_PERF_FIELDS = {
+    "ttft": ("timing", "ttft_s"),
+    "tpot": ("timing", "tpot_s"),
+    "itl": ("timing", "itl_p95_s"),
+    "e2e": ("timing", "e2e_s"),
+    "output_tokens": ("usage", "completion_tokens"),
+}
+
+
+def _perf(
+    records: Iterable[Mapping[str, Any]], pair: tuple[str, str]
+) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
+    samples: dict[str, dict[str, list[float]]] = {m: {n: [] for n in pair} for m in _PERF_FIELDS}
+    for record in records:
+        name = record["identity"]["candidate"]
+        if name not in pair:
+            continue
+        for metric, (group, key) in _PERF_FIELDS.items():
+            value = (record.get(group) or {}).get(key)
+            if isinstance(value, int | float):
+                samples[metric][name].append(float(value))
+    return {
+        metric: (np.array(by[pair[0]], dtype=float), np.array(by[pair[1]], dtype=float))
+        for metric, by in samples.items()
+    }
+
+
+def _error_rates(
+    expected: Sequence[EvalgateIdentityKey],
+    results: Mapping[EvalgateIdentityKey, dict[str, Any]],
+    pair: tuple[str, str],
+) -> dict[str, tuple[int, int]]:
+    rates: dict[str, tuple[int, int]] = {}
+    for role, name in zip(("candidate", "baseline"), pair, strict=True):
+        mine = [key for key in expected if key[2] == name]
+        rates[role] = (sum(1 for key in mine if key not in results), len(mine))
+    return rates
+
+
+def _flipped(data: EvalgateGateInput) -> list[dict[str, Any]]:
+    flips = []
+    for i, case_id in enumerate(data.case_ids):
+        before, after = data.baseline_scores[i], data.candidate_scores[i]
+        if (before >= 0.5) != (after >= 0.5):
+            flips.append(
+                {
+                    "case_id": case_id,
+                    "category": str(data.categories[i]),
+                    "baseline": float(before),
+                    "candidate": float(after),
+                }
+            )
+    return flips
