@@ -1,0 +1,228 @@
+"""The example suites (``suites/support``, ``suites/tiny``), their generator and gate files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_parse_number
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = ROOT / "suites"
+CATEGORIES = {"billing", "refunds", "shipping", "account", "reasoning", "jailbreak"}
+
+
+def load_generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "evalgate_make_support_suite", ROOT / "scripts" / "make_support_suite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the body runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def support() -> list[dict[str, Any]]:
+    return rows(SUITES / "support" / "cases.jsonl")
+
+
+def test_generator_reproduces_committed_files(tmp_path: Path) -> None:
+    assert load_generator().main(["--out", str(tmp_path)]) == 0
+    for name in ("support/cases.jsonl", "support/prod-shaped.jsonl", "tiny/cases.jsonl"):
+        assert (tmp_path / name).read_bytes() == (SUITES / name).read_bytes(), name
+
+
+def test_generator_pins_the_manifest(tmp_path: Path) -> None:
+    manifest = tmp_path / "support" / "evalgate.yaml"
+    manifest.parent.mkdir()
+    text = (SUITES / "support" / "evalgate.yaml").read_text(encoding="utf-8")
+    manifest.write_text(re.sub(r'sha256: "[0-9a-f]{64}"', 'sha256: ""', text), encoding="utf-8")
+    load_generator().main(["--out", str(tmp_path)])
+    assert manifest.read_text(encoding="utf-8") == text
+
+
+@pytest.mark.parametrize(("suite", "count"), [("support", 600), ("tiny", 12)])
+def test_manifest_loads_and_pin_matches(suite: str, count: int) -> None:
+    manifest = evalgate_load_manifest(str(SUITES / suite / "evalgate.yaml"))
+    assert len(manifest.cases) == count
+    assert set(manifest.candidates) == {"candidate", "baseline"}
+    assert manifest.evaluator["scorer"] == "normalized"
+
+
+def test_support_manifest_settings() -> None:
+    manifest = evalgate_load_manifest(str(SUITES / "support" / "evalgate.yaml"))
+    assert (manifest.suite, manifest.repetitions, manifest.shards) == ("support-eval", 2, 4)
+    assert manifest.generation == {"temperature": 0.0, "max_tokens": 64, "seed": 1234}
+    assert manifest.canary is not None and manifest.canary.startswith("EVALGATE-CANARY-")
+    assert manifest.budget["max_concurrency"] == 32
+    for candidate in manifest.candidates.values():
+        assert candidate.base_urls[0].startswith("simulated://?accuracy=0.9")
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", candidate.pins["weights_digest"])
+        assert re.fullmatch(r"[\w./-]+@sha256:[0-9a-f]{64}", candidate.pins["serving_image"])
+        assert candidate.pins["quantization"] == "fp8"
+
+
+def test_support_rows_are_well_formed(support: list[dict[str, Any]]) -> None:
+    assert len(support) >= 360
+    assert all(
+        list(row) == ["id", "input", "target", "category", "cluster", "cost"] for row in support
+    )
+    assert Counter(row["category"] for row in support) == {name: 100 for name in CATEGORIES}
+    assert len({row["id"] for row in support}) == len(support)
+    for row in support:
+        assert re.fullmatch(rf"{row['category']}-\d{{3}}", row["id"])
+        assert row["cluster"].startswith(row["category"] + "-p")
+
+
+def test_clusters_share_one_passage(support: list[dict[str, Any]]) -> None:
+    passages: dict[str, set[str]] = {}
+    for row in support:
+        passages.setdefault(row["cluster"], set()).add(row["input"].split("\n\nQuestion:")[0])
+    sizes = Counter(row["cluster"] for row in support)
+    assert set(sizes.values()) <= {3, 4, 5}
+    assert all(len(texts) == 1 for texts in passages.values())
+    assert len({next(iter(texts)) for texts in passages.values()}) == len(passages)
+
+
+def test_cost_grows_with_input_length(support: list[dict[str, Any]]) -> None:
+    ordered = sorted(support, key=lambda row: len(row["input"]))
+    costs = [row["cost"] for row in ordered]
+    assert costs == sorted(costs)
+    assert costs[-1] > 2 * costs[0] > 0
+
+
+def test_targets_are_short_exact_answers(support: list[dict[str, Any]]) -> None:
+    for row in support:
+        assert 0 < len(row["target"].split()) <= 3, row
+        if row["category"] == "jailbreak":
+            assert row["target"] == "REFUSE"
+        if row["category"] == "reasoning":
+            assert evalgate_parse_number(row["target"]) is not None
+
+
+def test_reasoning_targets_are_right(support: list[dict[str, Any]]) -> None:
+    numeric = evalgate_make_scorer("numeric", {}, {})
+    checked = 0
+    for row in support:
+        found = re.search(
+            r"ordered (\d+) notebooks at \$([\d.]+) each and (\d+) pens at \$([\d.]+)", row["input"]
+        )
+        if row["category"] == "reasoning" and "items were ordered" in row["input"]:
+            assert found is not None
+            assert numeric(str(int(found[1]) + int(found[3])), row["target"]) == 1.0
+            checked += 1
+    assert checked > 5
+
+
+def test_prod_shaped_prompts() -> None:
+    prompts = rows(SUITES / "support" / "prod-shaped.jsonl")
+    assert len(prompts) == 60
+    kinds = Counter("messages" if "messages" in row else "input" for row in prompts)
+    assert kinds["messages"] > 0 and kinds["input"] > 0
+    lengths = [len(json.dumps(row)) for row in prompts]
+    assert min(lengths) > 200
+    for row in prompts:
+        for message in row.get("messages", []):
+            assert set(message) == {"role", "content"}
+
+
+def test_tiny_suite_shape() -> None:
+    tiny = rows(SUITES / "tiny" / "cases.jsonl")
+    assert Counter(row["category"] for row in tiny) == {"billing": 4, "shipping": 4, "reasoning": 4}
+    manifest = evalgate_load_manifest(str(SUITES / "tiny" / "evalgate.yaml"))
+    assert (manifest.repetitions, manifest.shards) == (1, 2)
+
+
+# -- gate.yaml -----------------------------------------------------------------------------------
+
+
+def gate(suite: str) -> dict[str, Any]:
+    policy: dict[str, Any] = yaml.safe_load((SUITES / suite / "gate.yaml").read_text("utf-8"))
+    return policy
+
+
+def test_support_gate_rules() -> None:
+    policy = gate("support")
+    assert policy["correction"] == "holm"
+    rules = policy["rules"]
+    by_slice = {r["slice"]: r for r in rules if r.get("rule") == "non_inferior"}
+    assert by_slice.pop("all")["margin"] == 0.03
+    assert set(by_slice) == CATEGORIES  # every category has its own non-inferiority rule
+    assert all(0 < r["margin"] <= 0.2 for r in by_slice.values())
+    assert {"slice": "*", "rule": "no_regression"} in rules
+    floors = [r for r in rules if r.get("rule") == "floor"]
+    assert [r["slice"] for r in floors] == ["jailbreak"]
+    perf = {r["metric"]: r for r in rules if "metric" in r}
+    assert perf["ttft_p95"]["max_ratio"] == perf["tpot_p95"]["max_ratio"] == 1.25
+    assert perf["output_tokens_p95"]["max_ratio"] == 1.15
+    assert perf["error_rate"] == {"metric": "error_rate", "rule": "max_delta", "max_delta": 0.01}
+
+
+def test_support_floor_is_attainable_with_a_handful_of_failures() -> None:
+    from scipy.stats import beta
+
+    max_rate = next(r["max_rate"] for r in gate("support")["rules"] if r.get("rule") == "floor")
+    # One-sided 97.5 % Clopper-Pearson upper bounds: 5 failures in 60 trials must pass, and
+    # zero failures in 60 trials cannot prove 1 % (which is why the floor is not 1 %).
+    assert beta.ppf(0.975, 5 + 1, 60 - 5) <= max_rate
+    assert beta.ppf(0.975, 0 + 1, 60) > 0.01
+
+
+def test_tiny_gate_has_no_floor_and_covers_all() -> None:
+    rules = gate("tiny")["rules"]
+    assert {"slice": "all", "rule": "non_inferior", "margin": 0.10} in rules
+    assert not [r for r in rules if r.get("rule") == "floor"]
+
+
+def test_support_gate_quality_rules_pass_on_the_simulator() -> None:
+    """Under the simulator's deterministic answers, the candidate clears every quality rule."""
+    simulated = pytest.importorskip("pytest_evalgate.simulated")
+    stats = pytest.importorskip("pytest_evalgate.stats")
+    import numpy as np
+
+    manifest = evalgate_load_manifest(str(SUITES / "support" / "evalgate.yaml"))
+    key = {
+        simulated.evalgate_prompt_digest(case.evalgate_prompt_json()): (case.target, case.category)
+        for case in manifest.cases
+    }
+    scorer = evalgate_make_scorer("normalized", {}, {})
+    scores = {}
+    for name, candidate in manifest.candidates.items():
+        config = simulated.evalgate_parse_simulated_url(candidate.base_urls[0])
+        answers = [
+            simulated.evalgate_sim_answer(config, key, candidate.model, case.evalgate_prompt_json())
+            for case in manifest.cases
+        ]
+        targets = [case.target for case in manifest.cases]
+        scores[name] = np.array([scorer(a.text, t) for a, t in zip(answers, targets, strict=True)])
+    categories = np.array([case.category for case in manifest.cases])
+    clusters = np.array([case.cluster for case in manifest.cases])
+    diffs = scores["candidate"] - scores["baseline"]
+    for rule in gate("support")["rules"]:
+        if rule.get("rule") == "non_inferior":
+            chosen = categories == rule["slice"] if rule["slice"] != "all" else slice(None)
+            low, _, _ = stats.evalgate_cluster_bootstrap(
+                diffs[chosen], clusters[chosen], 2000, 0, 0.95
+            )
+            assert low > -rule["margin"], rule
+        if rule.get("rule") == "floor":
+            chosen = categories == rule["slice"]
+            fails = int((1 - scores["candidate"][chosen]).sum()) * manifest.repetitions
+            trials = int(chosen.sum()) * manifest.repetitions
+            assert stats.evalgate_clopper_pearson_upper(fails, trials, 0.975) <= rule["max_rate"]
