@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render, evalgate_to_yaml
 
 K8S_DIR = Path(__file__).resolve().parent
@@ -84,7 +86,8 @@ def expected_files() -> dict[Path, str]:
         K8S_DIR / "base" / "job-workers.yaml": header + evalgate_to_yaml([workers]),
         K8S_DIR / "base" / "job-aggregate.yaml": header + evalgate_to_yaml([aggregate]),
         K8S_DIR / "overlays" / "gpu-sidecar" / "sidecar-patch.yaml": header
-        + evalgate_to_yaml([sidecar_patch()]),
+        + "---\n"
+        + yaml.safe_dump(sidecar_patch(), sort_keys=False),
     }
 
 

@@ -21,7 +21,33 @@ def _evalgate_subcommands() -> list[tuple[str, str, EvalgateAdder, EvalgateRunne
         ("verify", "check a signed decision record", _verify_arguments, _verify_run),
         ("override", "sign an override of a decision", _override_arguments, _override_run),
         ("serve", "run the simulated model (not a real model)", _serve_arguments, _serve_run),
+        ("shard-plan", "write a cost-balanced shard plan", _shard_plan_arguments, _shard_plan_run),
+        ("k8s", "render or run a suite's Kubernetes Jobs", _k8s_arguments, _k8s_run),
     ]
+
+
+def _shard_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", help="suite folder or its evalgate.yaml")
+    parser.add_argument("--shards", type=int, required=True, help="number of shards N")
+    parser.add_argument("--output", help="plan file (default: SUITE/shard-plan-N.json)")
+
+
+def _shard_plan_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.shard import evalgate_shard_plan_main
+
+    return evalgate_shard_plan_main(args.suite, args.shards, args.output)
+
+
+def _k8s_arguments(parser: argparse.ArgumentParser) -> None:
+    from pytest_evalgate.k8s import evalgate_k8s_add_arguments
+
+    evalgate_k8s_add_arguments(parser)
+
+
+def _k8s_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.k8s import evalgate_k8s_main
+
+    return evalgate_k8s_main(args)
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:

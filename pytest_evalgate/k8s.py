@@ -542,13 +542,13 @@ def _job_end(status: Any) -> str:
 
 
 def evalgate_index_phases(pods: Sequence[Any]) -> dict[int, str]:
-    """Completion index -> phase of its newest pod (a retried index shows its latest attempt)."""
+    """Completion index -> phase of its newest pod (a retried index shows its latest attempt).
+
+    Pods of a non-indexed Job (the aggregation) carry no index label and count as index 0.
+    """
     newest: dict[int, tuple[str, str]] = {}
     for pod in pods:
-        labels = pod.metadata.labels or {}
-        if EVALGATE_INDEX_LABEL not in labels:
-            continue
-        index = int(labels[EVALGATE_INDEX_LABEL])
+        index = int((pod.metadata.labels or {}).get(EVALGATE_INDEX_LABEL, 0))
         created = str(pod.metadata.creation_timestamp or "")
         if index not in newest or created >= newest[index][0]:
             newest[index] = (created, str(pod.status.phase if pod.status else "Unknown"))
@@ -571,4 +571,65 @@ def evalgate_to_yaml(objects: Sequence[_JSON]) -> str:
 
     return "".join(
         "---\n" + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) for obj in objects
+    )
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def evalgate_k8s_add_arguments(parser: Any) -> None:
+    """``evalgate k8s {render,run} SUITE --shards N --image IMAGE ...``."""
+    sub = parser.add_subparsers(dest="k8s_command", required=True)
+    for name, text in (("render", "print the Jobs as YAML"), ("run", "submit, follow, aggregate")):
+        command = sub.add_parser(name, help=text, description=text)
+        command.add_argument("suite", help="suite folder or its evalgate.yaml")
+        command.add_argument("--shards", type=int, help="N (default: the manifest's shards)")
+        command.add_argument("--image", required=True, help="harness image (suite inside)")
+        command.add_argument("--serving-sidecar", action="store_true", help="GPU sidecar")
+        command.add_argument("--namespace", default="evalgate")
+        command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
+        command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
+    run = sub.choices["run"]
+    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--poll", type=float, default=5.0, help="seconds between status polls")
+    run.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds for both Jobs")
+
+
+def evalgate_k8s_main(args: Any) -> int:
+    """Run ``evalgate k8s render|run``: exit 0 on success, 1 when a Job or the API failed,
+    4 on a config error (bad manifest, unpinned serving image)."""
+    import sys
+
+    try:
+        objects = _render_from_args(args)
+        if args.k8s_command == "render":
+            sys.stdout.write(evalgate_to_yaml(objects))
+            return 0
+        api = evalgate_api(args.kubeconfig, args.context)
+        result = evalgate_run(objects, api, args.poll, args.timeout)
+    except EvalgateConfigError as exc:
+        print(f"evalgate k8s: {exc}", file=sys.stderr)
+        return 4
+    except EvalgateK8sError as exc:
+        print(f"evalgate k8s: {exc}", file=sys.stderr)
+        return 1
+    return 0 if result.ok else 1
+
+
+def _render_from_args(args: Any) -> list[_JSON]:
+    from pytest_evalgate.manifest import evalgate_load_manifest
+    from pytest_evalgate.shard import evalgate_manifest_file
+
+    manifest = evalgate_load_manifest(evalgate_manifest_file(args.suite))
+    options = EvalgateRenderOptions(suite_path=args.suite.rstrip("/"))
+    return evalgate_render(
+        manifest,
+        args.shards or manifest.shards,
+        args.image,
+        serving_sidecar=args.serving_sidecar,
+        store_claim=args.store_claim,
+        namespace=args.namespace,
+        queue=args.queue or None,
+        options=options,
     )
