@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -70,10 +71,11 @@ def _integer_share(total: int, parts: int, index: int) -> int:
 
 
 def _float_share(total: float, parts: int) -> float:
-    share = total / parts
-    # A handful of nextafter steps always suffices; bounded anyway.
-    for _ in range(64):
-        if math.fsum([share] * parts) <= total and share * parts <= total:
+    # Summing ``parts`` equal floats one by one can round above ``total`` by up to ``parts``
+    # ulps; shaving that relative margin off first makes the check below pass at once.
+    share = total / parts * (1.0 - 4.0 * parts * sys.float_info.epsilon)
+    for _ in range(64):  # bounded; in practice zero iterations
+        if sum([share] * parts) <= total and math.fsum([share] * parts) <= total:
             break
         share = math.nextafter(share, 0.0)
     return share
