@@ -619,13 +619,16 @@ def evalgate_k8s_main(args: Any) -> int:
 
 def _render_from_args(args: Any) -> list[_JSON]:
     from pytest_evalgate.manifest import evalgate_load_manifest
-    from pytest_evalgate.shard import evalgate_manifest_file
+    from pytest_evalgate.shard import evalgate_manifest_file, evalgate_manifest_plan
 
     manifest = evalgate_load_manifest(evalgate_manifest_file(args.suite))
+    shards = args.shards or manifest.shards
+    # a plan for another N would make every pod exit 4: refuse before anything is submitted
+    evalgate_manifest_plan(manifest, shards)
     options = EvalgateRenderOptions(suite_path=args.suite.rstrip("/"))
     return evalgate_render(
         manifest,
-        args.shards or manifest.shards,
+        shards,
         args.image,
         serving_sidecar=args.serving_sidecar,
         store_claim=args.store_claim,

@@ -15,10 +15,13 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+
+if TYPE_CHECKING:
+    from pytest_evalgate.manifest import EvalgateManifest
 
 
 def evalgate_case_hash(case_id: str) -> int:
@@ -241,3 +244,10 @@ def evalgate_shard_plan_main(suite: str, shards: int, output: str | None = None)
 def evalgate_manifest_file(suite: str) -> str:
     """A suite folder's ``evalgate.yaml``, or ``suite`` itself when it names a file."""
     return os.path.join(suite, "evalgate.yaml") if os.path.isdir(suite) else suite
+
+
+def evalgate_manifest_plan(manifest: EvalgateManifest, n: int) -> dict[str, int] | None:
+    """The manifest's checked shard plan for ``n`` shards, or None when it names none."""
+    if manifest.shard_plan is None:
+        return None
+    return evalgate_load_plan(manifest.shard_plan, (case.case_id for case in manifest.cases), n)

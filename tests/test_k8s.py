@@ -525,6 +525,20 @@ def test_cli_render_refuses_an_unpinned_sidecar(
     assert "pinned by digest" in capsys.readouterr().err
 
 
+def test_cli_render_checks_the_manifests_shard_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = _suite(tmp_path)
+    assert cli_main(["shard-plan", str(suite), "--shards", "3"]) == 0
+    text = (suite / "evalgate.yaml").read_text(encoding="utf-8")
+    (suite / "evalgate.yaml").write_text(text + "shard_plan: shard-plan-3.json\n", encoding="utf-8")
+    capsys.readouterr()
+    assert cli_main(["k8s", "render", str(suite), "--image", "i"]) == 0
+    assert "completions: 3" in capsys.readouterr().out
+    assert cli_main(["k8s", "render", str(suite), "--image", "i", "--shards", "4"]) == 4
+    assert "plan is for 3, need 4" in capsys.readouterr().err
+
+
 def test_cli_shard_plan_writes_plan_and_prints_balances(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
