@@ -152,3 +152,68 @@ class EvalgateItem(pytest.Item):
 def _cut(text: str) -> str:
     text = text.replace("\n", "\\n")
     return text if len(text) <= _CUT else text[: _CUT - 3] + "..."
+
+
+EVALGATE_GATE_PREFIX = "evalgate.gate::"
+
+
+class EvalgateTally:
+    """Counts failed reports by kind, so the gate, not case failures, decides the session.
+
+    Wrong answers inside a gated run do not fail the session; endpoint errors make the verdict
+    incomplete; failures of ordinary tests in the same session always count.
+    """
+
+    def __init__(self) -> None:
+        self.wrong = 0
+        self.errors = 0
+        self.gate_failed = 0
+        self.other = 0
+
+    def evalgate_count(self, report: pytest.TestReport) -> None:
+        """Count one report (called for every report, at workers and the controller)."""
+        if not report.failed:
+            return
+        if report.nodeid.startswith(EVALGATE_GATE_PREFIX):
+            self.gate_failed += 1
+        elif "evalgate.yaml::" not in report.nodeid:
+            self.other += 1
+        elif report.when == "call":
+            self.wrong += 1
+        else:
+            self.errors += 1
+
+    def evalgate_failed_count(self, gate_exit: int, gated: bool) -> int:
+        """The session's failure count: other failures plus the gate's (or, ungated, errors)."""
+        if gated:
+            return self.other + (1 if gate_exit else 0)
+        return self.other + self.errors
+
+
+def evalgate_rule_reports(
+    rule: dict[str, Any], decision: dict[str, Any]
+) -> list[pytest.TestReport]:
+    """setup/call/teardown reports of one gate rule: a JUnit testcase, classname evalgate.gate."""
+    name = f"{decision['suite']}/{rule['name']}"
+    nodeid = f"{EVALGATE_GATE_PREFIX}{name}"
+    properties = [(f"evalgate.{key}", value) for key, value in sorted(rule.items())]
+    properties.append(("evalgate.verdict", decision["verdict"]))
+    outcome = "passed" if rule["passed"] else "failed"
+    longrepr = None if rule["passed"] else f"gate rule {rule['name']} failed: {rule.get('reason')}"
+
+    def report(when: str, result: str, text: str | None) -> pytest.TestReport:
+        return pytest.TestReport(
+            nodeid=nodeid,
+            location=("evalgate.gate", None, name),
+            keywords={},
+            outcome=result,  # type: ignore[arg-type]
+            longrepr=text,
+            when=when,  # type: ignore[arg-type]
+            user_properties=properties,
+        )
+
+    return [
+        report("setup", "passed", None),
+        report("call", outcome, longrepr),
+        report("teardown", "passed", None),
+    ]

@@ -13,11 +13,20 @@ from typing import Any
 import pytest
 
 from pytest_evalgate import hookspecs
+from pytest_evalgate.aggregate import EvalgateSelection
 from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
+from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy
 from pytest_evalgate.endpoints import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.items import EVALGATE_PLUGIN_KEY, EvalgateFile, EvalgateItem
+from pytest_evalgate.items import (
+    EVALGATE_PLUGIN_KEY,
+    EvalgateFile,
+    EvalgateItem,
+    EvalgateTally,
+    evalgate_rule_reports,
+)
 from pytest_evalgate.manifest import EVALGATE_MANIFEST_NAME, evalgate_load_manifest
+from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import EvalgateShardSpec, evalgate_parse_shard, evalgate_sub_shard
@@ -133,6 +142,11 @@ class EvalgatePlugin:
         self.pool: EvalgateEndpointPool | None = None
         self.stored: dict[Any, dict[str, Any]] = {}
         self.works: dict[Any, EvalgateWork] = {}
+        self.selection: dict[str, dict[str, list[str]]] = {}
+        self.crashed: list[str] = []
+        self.summary: list[str] = []
+        self.gate_exit = 0
+        self.tally = EvalgateTally()
 
     def _shard_spec(self) -> EvalgateShardSpec | None:
         text = self.config.getoption("evalgate_shard")
@@ -191,9 +205,88 @@ class EvalgatePlugin:
         try:
             if items and not self.aggregate_only:
                 self._start(items)
-            return (yield)
+            result = yield
         finally:
             self._stop()
+        self._remember_selection(items)
+        if hasattr(self.config, "workerinput"):
+            self.config.workeroutput["evalgate"] = {"selection": self.selection}  # type: ignore[attr-defined]
+        elif self._gates():
+            self._gate(session)
+        session.testsfailed = self.tally.evalgate_failed_count(self.gate_exit, self._gates())
+        return result
+
+    def _gates(self) -> bool:
+        sharded = self.shard is not None and self.shard.count > 1
+        return self.aggregate_only or not sharded
+
+    def _remember_selection(self, items: list[EvalgateItem]) -> None:
+        for item in items:
+            entry = self.selection.setdefault(item.suite_path, {"candidates": [], "cases": []})
+            entry["candidates"].append(item.candidate)
+            entry["cases"].append(item.case.case_id)
+        for entry in self.selection.values():
+            entry["candidates"] = sorted(set(entry["candidates"]))
+            entry["cases"] = sorted(set(entry["cases"]))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get("evalgate")
+        if output is None:
+            self.crashed.append(str(getattr(node.gateway, "id", "worker")))
+            return
+        for path, entry in output["selection"].items():
+            self.selection.setdefault(path, entry)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tally.evalgate_count(report)
+
+    def _gate(self, session: pytest.Session) -> None:
+        self.gate_exit = 0
+        if self.crashed and not self.selection:
+            self.summary.append(
+                f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
+            )
+            self.gate_exit = 1
+            return
+        for path in sorted(self.selection):
+            self._gate_suite(path)
+
+    def _gate_suite(self, path: str) -> None:
+        suite = self.evalgate_suite(path)
+        assert suite is not None
+        entry = self.selection[path]
+        selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
+        try:
+            policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+            outcome = evalgate_decide(
+                self.backend,
+                suite.manifest,
+                selection,
+                policy,
+                report_dir=self.config.getoption("evalgate_report"),
+                sign_key=self.config.getoption("evalgate_sign_key"),
+            )
+        except EvalgateConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.gate_exit = max(self.gate_exit, outcome.exit_status)
+        self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
+        self.summary += [f"wrote {path}" for path in outcome.written]
+        self.config.hook.pytest_evalgate_decision(config=self.config, decision=outcome.decision)
+        for rule in outcome.decision["rules"]:
+            for report in evalgate_rule_reports(rule, outcome.decision):
+                self.config.hook.pytest_runtest_logreport(report=report)
+
+    def _policy_option(self) -> str | None:
+        value = self.config.getoption("evalgate_policy") or self.config.getini("evalgate_policy")
+        return str(value) if value else None
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.summary:
+            return
+        terminalreporter.write_sep("=", "evalgate")
+        for line in self.summary:
+            terminalreporter.write_line(line)
 
     def _start(self, items: list[EvalgateItem]) -> None:
         self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
