@@ -701,8 +701,12 @@ class _SimApp:
         model = body.get("model") if body is not None else None
         self._log(request, model, index)
         self.begin(proto)
-        if not self._fault(index, proto):
+        if self._fault(index, proto):
+            return
+        try:
             self._answer(body, proto, kind, index)
+        except (AttributeError, TypeError, ValueError) as exc:  # odd but valid JSON shapes
+            proto.reply(400, _sim_error_body(f"bad request: {exc}", "invalid_request_error", None))
 
     def _fault(self, index: int, proto: _SimProtocol) -> bool:
         config = self.config
@@ -765,9 +769,13 @@ def _sim_fault(config: EvalgateSimConfig, index: int) -> _SimFault | None:
     return None
 
 
+def _sim_reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # canonical digests refuse NaN and Infinity
+
+
 def _sim_json(body: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_sim_reject_constant)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

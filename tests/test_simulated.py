@@ -577,3 +577,25 @@ def test_cli_serve_rejects_bad_knobs_with_exit_4(key: Path) -> None:
     out, err = process.communicate(timeout=30)
     assert process.returncode == 4 and "speed" in err and "unknown knob" in err
     assert out == "" and os.path.exists(key)
+
+
+def _raw_post(port: int, payload: bytes) -> bytes:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    return _raw_exchange(port, head % len(payload) + payload, 1)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b'{"model": "m", "messages": [{"role": "user", "content": NaN}]}',
+        b'{"model": "m", "messages": "hello"}',
+        b'{"model": "m", "messages": [], "temperature": "hot"}',
+        b'{"model": "m", "messages": [], "stream": true, "stream_options": [1]}',
+        b"not json at all",
+    ],
+)
+def test_odd_bodies_get_400_and_the_connection_stays_usable(key: Path, payload: bytes) -> None:
+    with sim("simulated://?accuracy=1", key) as server:
+        assert _raw_post(server.port, payload).startswith(b"HTTP/1.1 400")
+        assert content(post(server.base_url, body(4))) == target(4)
+        assert server.stats()["by_status"] == {"400": 1, "200": 1}
