@@ -17,6 +17,15 @@ EvalgateRunner = Callable[[argparse.Namespace], int]
 
 def _evalgate_subcommands() -> list[tuple[str, str, EvalgateAdder, EvalgateRunner]]:
     return [
+        ("pin", "write the dataset sha256 into a suite's manifest", _suite_arguments, _pin_run),
+        ("gate", "gate what the store holds for a suite (no requests)", _gate_arguments, _gate_run),
+        ("aggregate", "same as gate", _gate_arguments, _gate_run),
+        (
+            "report",
+            "re-render report.md and forest.png from decision.json",
+            _report_arguments,
+            _report_run,
+        ),
         ("keygen", "write an ECDSA P-256 signing key pair", _keygen_arguments, _keygen_run),
         ("verify", "check a signed decision record", _verify_arguments, _verify_run),
         ("override", "sign an override of a decision", _override_arguments, _override_run),
@@ -24,6 +33,82 @@ def _evalgate_subcommands() -> list[tuple[str, str, EvalgateAdder, EvalgateRunne
         ("shard-plan", "write a cost-balanced shard plan", _shard_plan_arguments, _shard_plan_run),
         ("k8s", "render or run a suite's Kubernetes Jobs", _k8s_arguments, _k8s_run),
     ]
+
+
+def _suite_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", help="suite folder or its evalgate.yaml")
+
+
+def _manifest_path(suite: str) -> str:
+    import os
+
+    return os.path.join(suite, "evalgate.yaml") if os.path.isdir(suite) else suite
+
+
+def _pin_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.errors import EvalgateConfigError
+    from pytest_evalgate.manifest import evalgate_pin
+
+    try:
+        digest = evalgate_pin(_manifest_path(args.suite))
+    except EvalgateConfigError as exc:
+        print(f"evalgate pin: {exc}", file=sys.stderr)
+        return 4
+    print(f"pinned dataset sha256 {digest}")
+    return 0
+
+
+def _gate_arguments(parser: argparse.ArgumentParser) -> None:
+    _suite_arguments(parser)
+    parser.add_argument("--store", default=".evalgate", help="result store root")
+    parser.add_argument("--policy", help="gate policy (default: the suite's gate.yaml)")
+    parser.add_argument("--report", help="write decision.json, report.md, forest.png here")
+    parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
+
+
+def _gate_run(args: argparse.Namespace) -> int:
+    from pytest_evalgate.aggregate import EvalgateSelection
+    from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy
+    from pytest_evalgate.errors import EvalgateConfigError
+    from pytest_evalgate.manifest import evalgate_load_manifest
+    from pytest_evalgate.report import evalgate_summary_lines
+    from pytest_evalgate.store import EvalgateLocalStore
+
+    try:
+        manifest = evalgate_load_manifest(_manifest_path(args.suite))
+        policy = evalgate_load_suite_policy(manifest, args.policy)
+        selection = EvalgateSelection(
+            tuple(manifest.candidates), tuple(case.case_id for case in manifest.cases)
+        )
+        outcome = evalgate_decide(
+            EvalgateLocalStore(args.store), manifest, selection, policy,
+            report_dir=args.report, sign_key=args.sign_key,
+        )  # fmt: skip
+    except EvalgateConfigError as exc:
+        print(f"evalgate gate: {exc}", file=sys.stderr)
+        return 4
+    for line in [*evalgate_summary_lines(outcome.decision), *outcome.notes]:
+        print(line)
+    for path in outcome.written:
+        print(f"wrote {path}")
+    return outcome.exit_status
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="folder holding decision.json")
+
+
+def _report_run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    from pytest_evalgate.report import evalgate_write_report
+
+    with open(os.path.join(args.directory, "decision.json"), encoding="utf-8") as handle:
+        decision = json.load(handle)
+    for path in evalgate_write_report(args.directory, decision):
+        print(f"wrote {path}")
+    return 0
 
 
 def _shard_plan_arguments(parser: argparse.ArgumentParser) -> None:

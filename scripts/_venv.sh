@@ -1,0 +1,19 @@
+# Sourced by scripts/demo and scripts/test: make .venv and install the project with its test
+# extras when pyproject.toml changed since the last install. Needs only python3 (3.11+) and the
+# package registry.
+set -euo pipefail
+evalgate_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+evalgate_venv="$evalgate_root/.venv"
+evalgate_python="${PYTHON:-python3}"
+if [ ! -x "$evalgate_venv/bin/python" ]; then
+    "$evalgate_python" -m venv "$evalgate_venv"
+fi
+evalgate_stamp="$evalgate_venv/.evalgate-installed"
+evalgate_want="$(sha256sum "$evalgate_root/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -f "$evalgate_stamp" ] || [ "$(cat "$evalgate_stamp")" != "$evalgate_want" ]; then
+    echo "evalgate: installing into .venv (first run takes a minute or two)" >&2
+    "$evalgate_venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+    "$evalgate_venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$evalgate_root[test]" >&2
+    echo "$evalgate_want" > "$evalgate_stamp"
+fi
+export PATH="$evalgate_venv/bin:$PATH"
