@@ -221,7 +221,8 @@ def _gate_input(
 
     cand, base = np.array(scores(candidate), dtype=float), np.array(scores(baseline), dtype=float)
     cand_passed = np.array(
-        [[bool(results[(revision, c, candidate, r)]["passed"]) for r in reps] for c in paired]
+        [[bool(results[(revision, c, candidate, r)]["passed"]) for r in reps] for c in paired],
+        dtype=bool,  # an empty list would otherwise give float64, which ``~`` refuses
     )
     shape = (len(paired), manifest.repetitions)
     cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
