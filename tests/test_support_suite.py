@@ -226,3 +226,13 @@ def test_support_gate_quality_rules_pass_on_the_simulator() -> None:
             fails = int((1 - scores["candidate"][chosen]).sum()) * manifest.repetitions
             trials = int(chosen.sum()) * manifest.repetitions
             assert stats.evalgate_clopper_pearson_upper(fails, trials, 0.975) <= rule["max_rate"]
+
+
+def test_tiny_suite_passes_end_to_end(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The whole pipeline on the simulator: 24 identities, baseline misses, verdict PASS."""
+    store = tmp_path / "store"
+    result = pytester.runpytest_subprocess(
+        "--evalgate", str(SUITES / "tiny"), f"--evalgate-store={store}", "-p", "no:cacheprovider"
+    )
+    result.stdout.fnmatch_lines(["*verdict PASS*", "*identities completed 24/24*"])
+    assert result.ret == 0
