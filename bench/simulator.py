@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,8 +106,10 @@ def spawn_floor() -> EvalgateSimProcess:
     return EvalgateSimProcess(process, int(line.rsplit(":", 1)[1].split("/")[0]))
 
 
-def measure(name: str, start: Callable[[], EvalgateSimProcess], n: int, stream: bool) -> None:
-    """Run one row and print it."""
+def measure(
+    name: str, start: Callable[[], EvalgateSimProcess], n: int, stream: bool
+) -> tuple[float, float]:
+    """Run one row, print it, return (req/s, server ms CPU per request)."""
     server = start()
     try:
         client_cpu, server_cpu = time.process_time(), cpu_seconds(server.pid)
@@ -121,22 +124,43 @@ def measure(name: str, start: Callable[[], EvalgateSimProcess], n: int, stream: 
         f"server {1e3 * server_cpu / n:.3f} ms CPU/req ({server_cpu / wall:.0%} of a core)  "
         f"client {1e3 * client_cpu / n:.3f} ms CPU/req"
     )
+    return rate, 1e3 * server_cpu / n
+
+
+def summarise(results: dict[str, list[tuple[float, float]]]) -> None:
+    """Median per row over the rounds, and each row's ratio to the bound."""
+    print("median over rounds:")
+    for name, rows in results.items():
+        rate = statistics.median(r for r, _ in rows)
+        cpu = statistics.median(c for _, c in rows)
+        print(
+            f"  {name:<20} {rate:>6.0f} req/s = {rate / BOUND:.1%} of bound, {cpu:.3f} ms CPU/req"
+        )
 
 
 def main() -> None:
-    """Measure every row on this machine, one after the other."""
+    """Measure every row on this machine, interleaved over rounds (the machine is shared)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=5000)
-    n = parser.parse_args().requests
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+    n = options.requests
     with tempfile.TemporaryDirectory() as folder:
         key = os.path.join(folder, "answers.jsonl")
         evalgate_write_answer_key(key, ((messages(i), f"answer {i}", "bench") for i in range(n)))
         config = evalgate_parse_simulated_url("simulated://?accuracy=0.8&latency_ms=50&seed=1")
         stream_config = evalgate_parse_simulated_url("simulated://?accuracy=0.8&ttft_ms=50&seed=1")
+        rows: list[tuple[str, Callable[[], EvalgateSimProcess], bool]] = [
+            ("simulated", lambda: evalgate_spawn_simulator(config, key), False),
+            ("simulated-stream", lambda: evalgate_spawn_simulator(stream_config, key), True),
+            ("aiohttp.web-floor", spawn_floor, False),
+        ]
         print(f"{n} requests, {CONCURRENCY} in flight, 50 ms per request, {os.cpu_count()} cores")
-        measure("simulated", lambda: evalgate_spawn_simulator(config, key), n, False)
-        measure("simulated-stream", lambda: evalgate_spawn_simulator(stream_config, key), n, True)
-        measure("aiohttp.web-floor", spawn_floor, n, False)
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in rows}
+        for _ in range(options.rounds):
+            for name, start, stream in rows:
+                results[name].append(measure(name, start, n, stream))
+        summarise(results)
 
 
 if __name__ == "__main__":
