@@ -599,3 +599,25 @@ def test_odd_bodies_get_400_and_the_connection_stays_usable(key: Path, payload: 
         assert _raw_post(server.port, payload).startswith(b"HTTP/1.1 400")
         assert content(post(server.base_url, body(4))) == target(4)
         assert server.stats()["by_status"] == {"400": 1, "200": 1}
+
+
+def test_stop_ends_hung_requests_and_stats_show_them_in_flight(key: Path) -> None:
+    server = sim("simulated://?hang_first=2", key).start()
+
+    async def hung_pair() -> list[Any]:
+        url = server.base_url + "/chat/completions"
+        calls = [_many(url, [body(i)], 1, {}, 30.0) for i in (1, 2)]
+        waiting = asyncio.gather(*calls, return_exceptions=True)
+        deadline = time.monotonic() + 5
+        while server.stats()["in_flight"] < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert server.stats()["in_flight"] == 2 == server.stats()["peak_in_flight"]
+        server.reset()
+        assert server.stats()["peak_in_flight"] == 2  # still in flight after a reset
+        start = time.perf_counter()
+        server.stop()
+        assert time.perf_counter() - start < 5
+        return list(await waiting)
+
+    outcomes = asyncio.run(hung_pair())
+    assert all(isinstance(o, aiohttp.ClientError) for o in outcomes), outcomes
