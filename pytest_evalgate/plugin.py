@@ -7,6 +7,9 @@ the background runner ahead of the item loop, and gates the session at the contr
 
 from __future__ import annotations
 
+import os
+import time
+import uuid
 from collections.abc import Generator
 from typing import Any
 
@@ -28,15 +31,19 @@ from pytest_evalgate.items import (
 from pytest_evalgate.manifest import EVALGATE_MANIFEST_NAME, evalgate_load_manifest
 from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
+from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import EvalgateShardSpec, evalgate_parse_shard, evalgate_sub_shard
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateLocalStore,
     EvalgateSegmentWriter,
+    EvalgateStoreFollower,
     evalgate_candidate_prefix,
-    evalgate_read_candidate,
+    evalgate_use_generation,
 )
+
+EVALGATE_OWNER_STALL_S = 3.0
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -100,6 +107,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="simulated endpoints append one JSON line per request here",
     )
+    group.addoption(
+        "--evalgate-fresh",
+        action="store_true",
+        default=False,
+        help="start over in a new store generation; nothing committed is overwritten or deleted"
+        " (processes sharing PYTEST_EVALGATE_RUN_ID, or xdist workers, join one generation)",
+    )
     parser.addini("evalgate_store", "result store root", default=".evalgate")
     parser.addini("evalgate_policy", "gate policy path", default="")  # fmt: skip
 
@@ -141,6 +155,9 @@ class EvalgatePlugin:
         self.runner: EvalgateRunner | None = None
         self.pool: EvalgateEndpointPool | None = None
         self.stored: dict[Any, dict[str, Any]] = {}
+        self.followers: dict[str, EvalgateStoreFollower] = {}
+        self.owner_gone = False
+        self.writer_run = uuid.uuid4().hex
         self.works: dict[Any, EvalgateWork] = {}
         self.selection: dict[str, dict[str, list[str]]] = {}
         self.crashed: list[str] = []
@@ -238,6 +255,13 @@ class EvalgatePlugin:
         for path, entry in output["selection"].items():
             self.selection.setdefault(path, entry)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> EvalgateScheduling:
+        from xdist.workermanage import parse_tx_spec_config
+
+        numnodes = len(parse_tx_spec_config(config))
+        return EvalgateScheduling(numnodes, self.shard.count if self.shard else 1, log)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tally.evalgate_count(report)
 
@@ -326,7 +350,9 @@ class EvalgatePlugin:
         endpoints = {c.name: self.pool.evalgate_endpoint(manifest, c, replica) for c in candidates}
         keys = {c.name: c.key for c in candidates}
         prefixes = {
-            name: evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+            name: self._generation(
+                evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+            )
             for name, key in keys.items()
         }
         for name, prefix in prefixes.items():
@@ -335,11 +361,26 @@ class EvalgatePlugin:
             )
         return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, endpoints, prefixes, keys)
 
+    def _generation(self, candidate_prefix: str) -> str:
+        # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
+        fresh = bool(self.config.getoption("evalgate_fresh"))
+        return evalgate_use_generation(
+            self.backend, candidate_prefix, self._run_id() if fresh else None
+        )
+
+    def _run_id(self) -> str:
+        # Every process of one run must name the same generation: pods share the env var,
+        # xdist workers the controller's testrunuid.
+        workerinput = getattr(self.config, "workerinput", None)
+        default = str(workerinput["testrunuid"]) if workerinput else self.writer_run
+        return os.environ.get("PYTEST_EVALGATE_RUN_ID", default)
+
     def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
-        view = evalgate_read_candidate(
+        follower = EvalgateStoreFollower(
             self.backend, prefix, EvalgateExpectation(digest, revision, key)
         )
-        self.stored.update(view.results)
+        self.followers[prefix] = follower
+        self.stored.update(follower.evalgate_poll().results)
 
     def _works(
         self, items: list[EvalgateItem], runs: dict[str, EvalgateSuiteRun]
@@ -399,8 +440,41 @@ class EvalgatePlugin:
         if self.aggregate_only or self.runner is None:
             return _missing(key)
         work = self.works[key]
+        if self._foreign(work):
+            # Another xdist worker prefetches this identity: take its committed record rather
+            # than requesting the identity a second time.
+            committed = self._committed_by_owner(work)
+            if committed is not None:
+                return committed
         record = self.runner.evalgate_wait(work)
         return record
+
+    def _foreign(self, work: EvalgateWork) -> bool:
+        count = self._worker_count()
+        shards = self.shard.count if self.shard else 1
+        return count > 1 and evalgate_sub_shard(work.case.case_id, shards, count) != (
+            self._worker_index()
+        )
+
+    def _committed_by_owner(self, work: EvalgateWork) -> dict[str, Any] | None:
+        """Poll the store for ``work``'s record until it appears or the folder stalls.
+
+        The owner commits at least every ``max_age_s``; a folder with no new segment for
+        ``EVALGATE_OWNER_STALL_S`` means the owner died or lags, and this process requests the
+        identity itself (later foreign identities then wait no more).
+        """
+        follower = self.followers[work.suite.prefixes[work.candidate]]
+        segments, changed = -1, time.monotonic()
+        while True:
+            view = follower.evalgate_poll()
+            if work.key in view.results:
+                return view.results[work.key]
+            if view.segments != segments:
+                segments, changed = view.segments, time.monotonic()
+            if self.owner_gone or time.monotonic() - changed > EVALGATE_OWNER_STALL_S:
+                self.owner_gone = True
+                return None
+            time.sleep(0.02)
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:

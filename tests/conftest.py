@@ -1,0 +1,8 @@
+"""Test-suite wiring: make ``tests/`` helpers (suitekit, faultserver) importable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
