@@ -1,8 +1,14 @@
 """The result store: sealed records in atomic, append-only segment files.
 
-Layout (SPEC section 5)::
+Layout (SPEC section 5; docs/store.md)::
 
-    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/shard-<i>-of-<N>/seg-<writer>-<seq>.jsonl
+    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/gen-<g>/GENERATION.json
+    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/gen-<g>/shard-<i>-of-<N>/seg-<writer>-<seq>.jsonl
+
+A candidate folder holds numbered generations. Readers see only the newest one; a fresh run
+(``--evalgate-fresh``) claims a new generation instead of touching the old ones, so starting
+over never overwrites or deletes anything. Processes of one run (xdist workers, pods) that share a
+run id join the same generation.
 
 A writer (one per process) writes only its own segment files. A segment is JSON Lines, written
 to a hidden temporary file, fsynced, and renamed into place, so it appears whole or not at all;
@@ -27,6 +33,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
@@ -54,6 +61,9 @@ class EvalgateStoreBackend(Protocol):
 
     def evalgate_read(self, relpath: str) -> bytes:
         """The bytes of one committed segment."""
+
+    def evalgate_children(self, prefix: str) -> list[str]:
+        """Names directly under ``prefix`` (folders and files), sorted; [] when it is absent."""
 
 
 class EvalgateLocalStore:
@@ -92,6 +102,14 @@ class EvalgateLocalStore:
         """Read one segment's bytes."""
         with open(os.path.join(self.root, relpath), "rb") as handle:
             return handle.read()
+
+    def evalgate_children(self, prefix: str) -> list[str]:
+        """Names directly under ``prefix``, hidden temp files left out."""
+        try:
+            names = os.listdir(os.path.join(self.root, prefix))
+        except FileNotFoundError:
+            return []
+        return sorted(name for name in names if not name.startswith("."))
 
 
 def _publish(temp: str, target: str) -> None:
@@ -236,13 +254,124 @@ class EvalgateExpectation:
 def evalgate_read_candidate(
     backend: EvalgateStoreBackend, prefix: str, expect: EvalgateExpectation
 ) -> EvalgateStoreView:
-    """Read and verify every committed record under a candidate folder."""
-    view = EvalgateStoreView()
-    for relpath in backend.evalgate_list(prefix):
-        view.segments += 1
-        for number, line in _lines(backend, relpath):
-            _take(view, relpath, number, line, expect)
-    return view
+    """Read and verify the newest generation of a candidate folder (what aggregation sees).
+
+    A folder without generations (the layout before generations existed) is read whole.
+    """
+    generations = evalgate_generations(backend, prefix)
+    folder = evalgate_generation_prefix(prefix, generations[-1]) if generations else prefix
+    return evalgate_read_generation(backend, folder, expect)
+
+
+def evalgate_read_generation(
+    backend: EvalgateStoreBackend, prefix: str, expect: EvalgateExpectation
+) -> EvalgateStoreView:
+    """Read and verify every committed record under ``prefix`` (one generation folder)."""
+    return EvalgateStoreFollower(backend, prefix, expect).evalgate_poll()
+
+
+class EvalgateStoreFollower:
+    """Reads one folder incrementally: each poll reads only segments it has not read before.
+
+    Segments are immutable once visible, so a segment read once never needs reading again; a
+    process uses this to learn what other writers committed since it last looked.
+    """
+
+    def __init__(
+        self, backend: EvalgateStoreBackend, prefix: str, expect: EvalgateExpectation
+    ) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.expect = expect
+        self.view = EvalgateStoreView()
+        self._seen: set[str] = set()
+
+    def evalgate_poll(self) -> EvalgateStoreView:
+        """Read the segments committed since the last poll; returns the cumulative view."""
+        for relpath in self.backend.evalgate_list(self.prefix):
+            if relpath in self._seen:
+                continue
+            self._seen.add(relpath)
+            self.view.segments += 1
+            for number, line in _lines(self.backend, relpath):
+                _take(self.view, relpath, number, line, self.expect)
+        return self.view
+
+
+EVALGATE_GENERATION_MARKER = "GENERATION.json"
+_GENERATION_CLAIM_TRIES = 64
+
+
+def evalgate_generation_prefix(candidate_prefix: str, generation: int) -> str:
+    """The folder of one generation: ``<candidate_prefix>/gen-<generation>``."""
+    return f"{candidate_prefix}/gen-{generation}"
+
+
+def evalgate_generations(backend: EvalgateStoreBackend, candidate_prefix: str) -> list[int]:
+    """The generations of a candidate folder, ascending (only those with a marker file)."""
+    found = []
+    for name in backend.evalgate_children(candidate_prefix):
+        number = name.removeprefix("gen-")
+        if name.startswith("gen-") and number.isdigit():
+            folder = evalgate_generation_prefix(candidate_prefix, int(number))
+            if EVALGATE_GENERATION_MARKER in backend.evalgate_children(folder):
+                found.append(int(number))
+    return sorted(found)
+
+
+def evalgate_use_generation(
+    backend: EvalgateStoreBackend, candidate_prefix: str, fresh_run: str | None = None
+) -> str:
+    """The generation folder a run writes to and resumes from.
+
+    Without ``fresh_run``: the newest generation (generation 1 is created when there is none).
+    With it: the generation claimed by that run id, or a new one after the newest. Claiming is
+    an atomic create-if-absent of the marker, so concurrent processes of one run (same id) end
+    in one generation, and nothing that exists is ever replaced.
+    """
+    for _ in range(_GENERATION_CLAIM_TRIES):
+        generations = evalgate_generations(backend, candidate_prefix)
+        joined = _joinable(backend, candidate_prefix, generations, fresh_run)
+        if joined is not None:
+            return evalgate_generation_prefix(candidate_prefix, joined)
+        number = (generations[-1] if generations else 0) + 1
+        if _claim(backend, candidate_prefix, number, fresh_run):
+            return evalgate_generation_prefix(candidate_prefix, number)
+    raise EvalgateStoreError(f"{candidate_prefix}: cannot claim a store generation")
+
+
+def _joinable(
+    backend: EvalgateStoreBackend, prefix: str, generations: list[int], fresh_run: str | None
+) -> int | None:
+    if fresh_run is None:
+        return generations[-1] if generations else None
+    for number in reversed(generations):
+        if _marker(backend, prefix, number).get("run") == fresh_run:
+            return number
+    return None
+
+
+def _marker(backend: EvalgateStoreBackend, prefix: str, number: int) -> dict[str, Any]:
+    path = f"{evalgate_generation_prefix(prefix, number)}/{EVALGATE_GENERATION_MARKER}"
+    try:
+        data = json.loads(backend.evalgate_read(path))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _claim(backend: EvalgateStoreBackend, prefix: str, number: int, fresh_run: str | None) -> bool:
+    marker = {"generation": number, "run": fresh_run, "created_at": _utc_now()}
+    path = f"{evalgate_generation_prefix(prefix, number)}/{EVALGATE_GENERATION_MARKER}"
+    try:
+        backend.evalgate_write_atomic(path, evalgate_canonical_json(marker) + b"\n")
+    except FileExistsError:
+        return False  # another process claimed this number first: look again
+    return True
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _lines(backend: EvalgateStoreBackend, relpath: str) -> Iterator[tuple[int, bytes]]:
