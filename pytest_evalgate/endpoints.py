@@ -10,6 +10,7 @@ the manifest names; keys never enter files.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Any
 
@@ -37,7 +38,10 @@ class EvalgateEndpointPool:
         self, manifest: EvalgateManifest, candidate: EvalgateCandidate, replica: int
     ) -> EvalgateEndpoint:
         """The endpoint of ``candidate`` for replica index ``replica``."""
-        url = candidate.base_urls[replica % len(candidate.base_urls)]
+        url = (
+            os.environ.get(evalgate_base_url_env(candidate.name))
+            or candidate.base_urls[replica % len(candidate.base_urls)]
+        )
         if url.startswith(EVALGATE_SIMULATED_SCHEME):
             url = self._simulated(manifest, url)
         return EvalgateEndpoint(
@@ -76,6 +80,14 @@ class EvalgateEndpointPool:
         rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
         evalgate_write_answer_key(path, rows)
         return path
+
+
+def evalgate_base_url_env(name: str) -> str:
+    """``PYTEST_EVALGATE_BASE_URL_<NAME>``: overrides a candidate's base URL (a pod's sidecar).
+
+    Transport only: the definition digest and candidate key do not change.
+    """
+    return "PYTEST_EVALGATE_BASE_URL_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:

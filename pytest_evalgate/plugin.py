@@ -8,7 +8,6 @@ the background runner ahead of the item loop, and gates the session at the contr
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Generator
 from typing import Any
@@ -33,17 +32,21 @@ from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
-from pytest_evalgate.shard import EvalgateShardSpec, evalgate_parse_shard, evalgate_sub_shard
+from pytest_evalgate.shard import (
+    EvalgateShardSpec,
+    evalgate_manifest_plan,
+    evalgate_parse_shard,
+    evalgate_shard_of,
+    evalgate_sub_shard,
+)
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateLocalStore,
     EvalgateSegmentWriter,
-    EvalgateStoreFollower,
     evalgate_candidate_prefix,
+    evalgate_read_generation,
     evalgate_use_generation,
 )
-
-EVALGATE_OWNER_STALL_S = 3.0
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -155,8 +158,6 @@ class EvalgatePlugin:
         self.runner: EvalgateRunner | None = None
         self.pool: EvalgateEndpointPool | None = None
         self.stored: dict[Any, dict[str, Any]] = {}
-        self.followers: dict[str, EvalgateStoreFollower] = {}
-        self.owner_gone = False
         self.writer_run = uuid.uuid4().hex
         self.works: dict[Any, EvalgateWork] = {}
         self.selection: dict[str, dict[str, list[str]]] = {}
@@ -164,6 +165,7 @@ class EvalgatePlugin:
         self.summary: list[str] = []
         self.gate_exit = 0
         self.tally = EvalgateTally()
+        self.plans: dict[tuple[str, int], dict[str, int] | None] = {}
 
     def _shard_spec(self) -> EvalgateShardSpec | None:
         text = self.config.getoption("evalgate_shard")
@@ -212,7 +214,19 @@ class EvalgatePlugin:
 
     def _in_shard(self, item: EvalgateItem) -> bool:
         assert self.shard is not None
-        return item.evalgate_shard(self.shard.count) == self.shard.index
+        return self._shard_of(item, self.shard.count) == self.shard.index
+
+    def _shard_of(self, item: EvalgateItem, count: int) -> int:
+        """The item's shard among ``count``: the manifest's shard plan if it names one."""
+        key = (item.suite_path, count)
+        if key not in self.plans:
+            suite = self.suites[item.suite_path]
+            assert suite is not None
+            try:
+                self.plans[key] = evalgate_manifest_plan(suite.manifest, count)
+            except EvalgateConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return evalgate_shard_of(item.case.case_id, count, self.plans[key])
 
     # -- running ----------------------------------------------------------------------------
 
@@ -376,11 +390,10 @@ class EvalgatePlugin:
         return os.environ.get("PYTEST_EVALGATE_RUN_ID", default)
 
     def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
-        follower = EvalgateStoreFollower(
+        view = evalgate_read_generation(
             self.backend, prefix, EvalgateExpectation(digest, revision, key)
         )
-        self.followers[prefix] = follower
-        self.stored.update(follower.evalgate_poll().results)
+        self.stored.update(view.results)
 
     def _works(
         self, items: list[EvalgateItem], runs: dict[str, EvalgateSuiteRun]
@@ -389,7 +402,7 @@ class EvalgatePlugin:
         for item in items:
             run = runs[item.suite_path]
             key = item.evalgate_key
-            shard = item.evalgate_shard(run.manifest.shards)
+            shard = self._shard_of(item, run.manifest.shards)
             work = EvalgateWork(key, run, item.case, item.candidate, item.repetition, shard)
             self.works[key] = work
             if key not in self.stored:
@@ -440,41 +453,8 @@ class EvalgatePlugin:
         if self.aggregate_only or self.runner is None:
             return _missing(key)
         work = self.works[key]
-        if self._foreign(work):
-            # Another xdist worker prefetches this identity: take its committed record rather
-            # than requesting the identity a second time.
-            committed = self._committed_by_owner(work)
-            if committed is not None:
-                return committed
         record = self.runner.evalgate_wait(work)
         return record
-
-    def _foreign(self, work: EvalgateWork) -> bool:
-        count = self._worker_count()
-        shards = self.shard.count if self.shard else 1
-        return count > 1 and evalgate_sub_shard(work.case.case_id, shards, count) != (
-            self._worker_index()
-        )
-
-    def _committed_by_owner(self, work: EvalgateWork) -> dict[str, Any] | None:
-        """Poll the store for ``work``'s record until it appears or the folder stalls.
-
-        The owner commits at least every ``max_age_s``; a folder with no new segment for
-        ``EVALGATE_OWNER_STALL_S`` means the owner died or lags, and this process requests the
-        identity itself (later foreign identities then wait no more).
-        """
-        follower = self.followers[work.suite.prefixes[work.candidate]]
-        segments, changed = -1, time.monotonic()
-        while True:
-            view = follower.evalgate_poll()
-            if work.key in view.results:
-                return view.results[work.key]
-            if view.segments != segments:
-                segments, changed = view.segments, time.monotonic()
-            if self.owner_gone or time.monotonic() - changed > EVALGATE_OWNER_STALL_S:
-                self.owner_gone = True
-                return None
-            time.sleep(0.02)
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:

@@ -16,7 +16,9 @@ AUTH = "simulated://?accuracy=1.0&fail_401=1"
 
 def _suite(pytester: pytest.Pytester, candidate: str, baseline: str, **kwargs: object) -> Path:
     return write_suite(
-        pytester.path / "suite", {"candidate": candidate, "baseline": baseline}, **kwargs  # type: ignore[arg-type]
+        pytester.path / "suite",
+        {"candidate": candidate, "baseline": baseline},
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -52,7 +54,9 @@ def test_k_selects_a_category(pytester: pytest.Pytester) -> None:
 
 def test_wrong_answers_fail_items_but_the_gate_decides(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD)
-    result = pytester.runpytest("--evalgate", "suite", "--evalgate-report=rep", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--evalgate", "suite", "--evalgate-report=rep", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(passed=12 + 1, failed=12)  # +1: the gate rule's own testcase
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*wrong answer [[]alpha]: score 0.00*", "*verdict PASS*"])
@@ -92,7 +96,9 @@ def test_bad_manifest_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 def test_junit_has_rule_testcases_and_no_answer_text(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD)
-    result = pytester.runpytest("--evalgate", "suite", "--junitxml=out.xml", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--evalgate", "suite", "--junitxml=out.xml", "-p", "no:cacheprovider"
+    )
     assert result.ret == 0
     text = (pytester.path / "out.xml").read_text()
     root = ET.fromstring(text)
@@ -121,7 +127,9 @@ def test_aggregate_mode_sends_nothing_and_an_empty_store_is_incomplete(
     pytester: pytest.Pytester,
 ) -> None:
     _suite(pytester, GOOD, BAD)
-    result = pytester.runpytest("--evalgate", "--evalgate-aggregate", "suite", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--evalgate", "--evalgate-aggregate", "suite", "-p", "no:cacheprovider"
+    )
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*verdict INCOMPLETE*", "*completed 0/24, missing 24*"])
 
@@ -142,7 +150,9 @@ def test_a_slice_gives_a_partial_verdict(pytester: pytest.Pytester) -> None:
 
 def test_shard_run_stores_its_shard_and_does_not_gate(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD, cases=make_cases(["alpha", "beta"], 10), shards=2)
-    result = pytester.runpytest("--evalgate", "suite", "--evalgate-shard=0/2", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        "--evalgate", "suite", "--evalgate-shard=0/2", "-p", "no:cacheprovider"
+    )
     outcomes = result.parseoutcomes()
     assert outcomes["deselected"] > 0
     assert outcomes["passed"] + outcomes["failed"] + outcomes["deselected"] == 40
@@ -153,7 +163,12 @@ def test_shard_run_stores_its_shard_and_does_not_gate(pytester: pytest.Pytester)
 def test_xdist_gives_the_same_decision(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD, cases=make_cases(["alpha", "beta", "gamma"], 8))
     single = pytester.runpytest_subprocess(
-        "--evalgate", "suite", "-p", "no:cacheprovider", "--evalgate-store=s1", "--evalgate-report=r1"
+        "--evalgate",
+        "suite",
+        "-p",
+        "no:cacheprovider",
+        "--evalgate-store=s1",
+        "--evalgate-report=r1",
     )
     double = pytester.runpytest_subprocess(
         "--evalgate", "suite", "-p", "no:cacheprovider", "--evalgate-store=s2",
@@ -164,3 +179,30 @@ def test_xdist_gives_the_same_decision(pytester: pytest.Pytester) -> None:
     one, two = _decision(pytester.path / "r1"), _decision(pytester.path / "r2")
     for key in ("verdict", "counts", "rates", "rules", "definition_digest"):
         assert one[key] == two[key], key
+
+
+def test_base_url_env_overrides_the_manifest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _suite(pytester, "http://127.0.0.1:9/v1", GOOD)  # port 9: nothing listens
+    monkeypatch.setenv("PYTEST_EVALGATE_BASE_URL_CANDIDATE", GOOD)
+    result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=24 + 1)
+    assert result.ret == 0
+
+
+def test_shard_plan_in_the_manifest_decides_the_shard(pytester: pytest.Pytester) -> None:
+    from pytest_evalgate.shard import evalgate_plan_document
+
+    cases = make_cases(["alpha"], 6)
+    plan = {case["id"]: (0 if case["id"] == "alpha-000" else 1) for case in cases}
+    folder = pytester.path / "suite"
+    folder.mkdir()
+    (folder / "plan.json").write_text(json.dumps(evalgate_plan_document(plan, 2)))
+    _suite(pytester, GOOD, GOOD, cases=cases, shards=2, extra={"shard_plan": "plan.json"})
+    result = pytester.runpytest(
+        "--evalgate", "suite", "--evalgate-shard=0/2", "--collect-only", "-q"
+    )
+    out = result.stdout.str()
+    assert "2/12 tests collected (10 deselected)" in out
+    assert "alpha-000[r0]" in out and "alpha-001" not in out
