@@ -552,7 +552,10 @@ class _SimProtocol(asyncio.Protocol):
         self._pending = asyncio.get_running_loop().call_later(seconds, self._drop)
 
     def _drop(self) -> None:
-        self.app.hangs_dropped += 1
+        self._pending = None
+        if self._counted:
+            self.app.end(None, dropped=True)
+        self._busy = self._counted = False  # connection_lost must not count it again
         if self.transport is not None:
             self.transport.close()
 
@@ -648,10 +651,13 @@ class _SimApp:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
 
-    def end(self, status: int | None) -> None:
-        """Count a request as finished (``None``: the client went away first)."""
+    def end(self, status: int | None, dropped: bool = False) -> None:
+        """Count a request as finished (``None``: the client went away first, or ``dropped``:
+        the server gave up on a hung request)."""
         self.in_flight -= 1
-        if status is None:
+        if dropped:
+            self.hangs_dropped += 1
+        elif status is None:
             self.disconnects += 1
         else:
             self.by_status[str(status)] = self.by_status.get(str(status), 0) + 1
