@@ -1119,7 +1119,9 @@ def evalgate_sim_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None, help="knobs as simulated://?knob=value&...")
     for name in _sim_knob_types():
         flag = "--" + name.replace("_", "-")
-        parser.add_argument(flag, dest=f"knob_{name}", default=None, metavar="X", help="knob")
+        parser.add_argument(
+            flag, dest=f"knob_{name}", default=None, metavar="X", help=f"the {name} knob"
+        )
     parser.add_argument(
         "--knob", action="append", default=[], metavar="K=V", help="any knob, e.g. accuracy.x=0.5"
     )
