@@ -212,24 +212,11 @@ class EvalgateClient:
             if attempt == 1:
                 queued = _queued(entered, scheduled_at)
             sent_at = time.time()
-            done = await self._attempt_released(request, attempt)
+            done = await self._attempt(request, attempt)
             malformed += done.error is not None and done.error.category == "malformed_response"
             if not (done.retry and attempt < endpoint.max_attempts and malformed < 2):
                 return _result(done, queued, attempt, sent_at)
             await asyncio.sleep(self._backoff(attempt, done.hint_s))
-
-    async def _attempt_released(self, request: _Request, attempt: int) -> _Attempt:
-        """One attempt holding a slot; the slot is freed (with the real usage) however it ends."""
-        done: _Attempt | None = None
-        try:
-            headers = {**self._base_headers(request.endpoint)}
-            headers["x-evalgate-identity"] = request.identity
-            headers["x-evalgate-attempt"] = str(attempt)
-            done = await self._attempt(request, headers)
-        finally:
-            self._limiter.release(request.est_tokens, None if done is None else _used(done))
-        self._feedback(done)
-        return done
 
     def _feedback(self, done: _Attempt) -> None:
         if done.error is None or done.error.category == "content_filter":
@@ -250,37 +237,55 @@ class EvalgateClient:
             self._headers[endpoint] = headers
         return headers
 
-    async def _attempt(self, request: _Request, headers: dict[str, str]) -> _Attempt:
-        timeout_s = request.endpoint.timeout_s
+    def _headers_for(self, request: _Request, attempt: int) -> dict[str, str]:
+        headers = {**self._base_headers(request.endpoint)}
+        headers["x-evalgate-identity"] = request.identity
+        headers["x-evalgate-attempt"] = str(attempt)
+        return headers
+
+    async def _attempt(self, request: _Request, attempt: int) -> _Attempt:
+        """One attempt in the slot ``call`` acquired; frees the slot (with the real usage)
+        however the attempt ends, and feeds 429s and successes back to the limiter.
+
+        Deliberately one coroutine (no nested helpers for the common path): every nesting
+        level is resumed again on each network event, which the benchmark showed as CPU.
+        """
+        endpoint = request.endpoint
+        headers = self._headers_for(request, attempt)
         done = _Attempt(sent=time.perf_counter())
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._exchange(request, headers, done)
+            async with (
+                asyncio.timeout(endpoint.timeout_s),
+                self._get_session().post(request.url, data=request.payload, headers=headers) as rsp,
+            ):
+                if rsp.status != 200:
+                    await _read_failure(rsp, done)
+                elif endpoint.stream:
+                    await _read_stream(rsp, endpoint.api, done)
+                else:
+                    _read_whole(await rsp.read(), endpoint.api, done)
+                done.end = time.perf_counter()
         except TimeoutError:
-            _fail(done, "timeout", None, f"no complete answer within {timeout_s} s", True)
+            _fail(done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True)
         except (aiohttp.ClientError, OSError) as exc:
             _fail(done, "connection", None, _short(f"{type(exc).__name__}: {exc}"), True)
         except _Malformed as exc:
             _fail(done, "malformed_response", 200, _short(str(exc)), True)
         except _StreamError as exc:
             _fail(done, "server_error", 200, str(exc), True)
-        if not done.end:
-            done.end = time.perf_counter()
+        finally:
+            self._limiter.release(request.est_tokens, _used(done))
+        _settle(done)
+        self._feedback(done)
         return done
 
-    async def _exchange(self, request: _Request, headers: dict[str, str], done: _Attempt) -> None:
-        session = self._get_session()
-        api = request.endpoint.api
-        async with session.post(request.url, data=request.payload, headers=headers) as response:
-            if response.status != 200:
-                await _read_failure(response, done)
-            elif request.endpoint.stream:
-                await _read_stream(response, api, done)
-            else:
-                _read_whole(await response.read(), api, done)
-            done.end = time.perf_counter()
-        if done.finish_reason == "content_filter" and done.error is None:
-            _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
+
+def _settle(done: _Attempt) -> None:
+    """Stamp the end of a failed attempt; turn a content-filtered answer into its error."""
+    if not done.end:
+        done.end = time.perf_counter()
+    if done.finish_reason == "content_filter" and done.error is None:
+        _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
 
 
 def _url(endpoint: EvalgateEndpoint) -> str:
