@@ -108,7 +108,11 @@ class _Bucket:
 
 
 class EvalgateLimiter:
-    """One process's share of the load budget (see the module docstring for the contract)."""
+    """One process's share of the load budget (see the module docstring for the contract).
+
+    ``max_concurrency`` (an attribute) is the share's ceiling; the client sizes its connection
+    pool by it. ``decrease_interval_s`` is the AIMD cool-down between two halvings.
+    """
 
     def __init__(
         self,
