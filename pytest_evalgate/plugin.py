@@ -7,6 +7,7 @@ the background runner ahead of the item loop, and gates the session at the contr
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Generator
@@ -47,6 +48,8 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
+
+_LOG = logging.getLogger("pytest_evalgate")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -342,6 +345,7 @@ class EvalgatePlugin:
                 int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
                 _share_or_none(budget["requests_per_second"], parts, index),
                 _share_or_none(budget["tokens_per_minute"], parts, index),
+                log=_LOG.info,  # AIMD changes: shown with --log-cli-level=INFO
             ),
             concurrency=int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
         )
