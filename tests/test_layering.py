@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
@@ -32,7 +34,20 @@ def test_pure_modules_do_not_import_pytest() -> None:
 def test_only_the_edges_import_the_composition_root_and_the_items() -> None:
     for path in PACKAGE.glob("*.py"):
         imported = _imports(path.stem)
-        assert "pytest_evalgate.plugin" not in imported or path.stem == "cli", path.stem
+        assert "pytest_evalgate.plugin" not in imported, path.stem
         assert "pytest_evalgate.cli" not in imported, path.stem
         if path.stem != "plugin":
+            assert "pytest_evalgate.session" not in imported, path.stem
+        if path.stem not in {"plugin", "session"}:
             assert "pytest_evalgate.items" not in imported, path.stem
+
+
+def test_the_entry_point_imports_nothing_heavy() -> None:
+    # pytest imports the entry point in every run of every project that installs us.
+    code = (
+        "import sys, pytest_evalgate.plugin as p;"
+        "print(sorted(m for m in ('numpy', 'scipy', 'aiohttp', 'cryptography', 'pydantic')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,393 @@
+"""The plugin object registered under ``--evalgate``: per-session state and the hooks that wire
+the stages together (collection, the runner ahead of the item loop, the gate at the controller).
+
+It lives apart from ``plugin.py`` (the pytest11 entry point) because pytest imports the entry point
+in every run of every project that has pytest-evalgate installed; this module pulls in numpy,
+scipy, aiohttp and cryptography, so it is imported only when ``--evalgate`` is on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from pytest_evalgate.aggregate import EvalgateSelection
+from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
+from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy
+from pytest_evalgate.endpoints import EvalgateEndpointPool
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.items import (
+    EvalgateFile,
+    EvalgateItem,
+    EvalgateTally,
+    evalgate_rule_reports,
+)
+from pytest_evalgate.manifest import EVALGATE_MANIFEST_NAME, evalgate_load_manifest
+from pytest_evalgate.report import evalgate_summary_lines
+from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
+from pytest_evalgate.scheduler import EvalgateScheduling
+from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
+from pytest_evalgate.shard import (
+    EvalgateShardSpec,
+    evalgate_manifest_plan,
+    evalgate_parse_shard,
+    evalgate_shard_of,
+    evalgate_sub_shard,
+)
+from pytest_evalgate.store import (
+    EvalgateExpectation,
+    EvalgateLocalStore,
+    EvalgateSegmentWriter,
+    evalgate_candidate_prefix,
+    evalgate_read_generation,
+    evalgate_use_generation,
+)
+
+_LOG = logging.getLogger("pytest_evalgate")
+
+
+class EvalgateSuite:
+    """A loaded suite: manifest, scorer, threshold."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self.manifest = evalgate_load_manifest(path)
+        evaluator = self.manifest.evaluator
+        options = dict(evaluator["options"])
+        extra: dict[str, Any] = {}
+        for found in config.hook.pytest_evalgate_scorers(config=config):
+            extra.update(found or {})
+        self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        self.threshold = evalgate_threshold(options, path)
+
+
+class EvalgatePlugin:
+    """Per-session state and the hooks that wire the stages together."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.suites: dict[str, EvalgateSuite | None] = {}
+        self.config_errors: list[EvalgateConfigError] = []
+        self.shard = self._shard_spec()
+        self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
+        self.backend = EvalgateLocalStore(self.store_root)
+        self.candidates = set(config.getoption("evalgate_candidate"))
+        self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
+        self.runner: EvalgateRunner | None = None
+        self.pool: EvalgateEndpointPool | None = None
+        self.stored: dict[Any, dict[str, Any]] = {}
+        self.writer_run = uuid.uuid4().hex
+        self.works: dict[Any, EvalgateWork] = {}
+        self.selection: dict[str, dict[str, list[str]]] = {}
+        self.crashed: list[str] = []
+        self.summary: list[str] = []
+        self.gate_exit = 0
+        self.tally = EvalgateTally()
+        self.plans: dict[tuple[str, int], dict[str, int] | None] = {}
+
+    def _shard_spec(self) -> EvalgateShardSpec | None:
+        text = self.config.getoption("evalgate_shard")
+        if text is None:
+            return None
+        try:
+            return evalgate_parse_shard(text)
+        except EvalgateConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    # -- collection -------------------------------------------------------------------------
+
+    def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.File | None:
+        if file_path.name == EVALGATE_MANIFEST_NAME:
+            return EvalgateFile.from_parent(parent, path=file_path)
+        return None
+
+    def evalgate_suite(self, path: str) -> EvalgateSuite | None:
+        """The suite at ``path``, loaded once; a config error is kept for a usage error."""
+        if path not in self.suites:
+            try:
+                self.suites[path] = EvalgateSuite(self.config, path)
+            except EvalgateConfigError as exc:
+                self.config_errors.append(exc)
+                self.suites[path] = None
+        return self.suites[path]
+
+    def evalgate_wants_candidate(self, name: str) -> bool:
+        """Whether ``--evalgate-candidate`` selects ``name`` (all when not given)."""
+        return not self.candidates or name in self.candidates
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        if self.config_errors:
+            raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
+        if self.shard is None or self.shard.count == 1:
+            return
+        keep: list[Any] = []
+        drop: list[Any] = []
+        for item in items:
+            mine = not isinstance(item, EvalgateItem) or self._in_shard(item)
+            (keep if mine else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def _in_shard(self, item: EvalgateItem) -> bool:
+        assert self.shard is not None
+        return self._shard_of(item, self.shard.count) == self.shard.index
+
+    def _shard_of(self, item: EvalgateItem, count: int) -> int:
+        """The item's shard among ``count``: the manifest's shard plan if it names one."""
+        key = (item.suite_path, count)
+        if key not in self.plans:
+            suite = self.suites[item.suite_path]
+            assert suite is not None
+            try:
+                self.plans[key] = evalgate_manifest_plan(suite.manifest, count)
+            except EvalgateConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return evalgate_shard_of(item.case.case_id, count, self.plans[key])
+
+    # -- running ----------------------------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        items = [item for item in session.items if isinstance(item, EvalgateItem)]
+        try:
+            if items and not self.aggregate_only:
+                self._start(items)
+            result = yield
+        finally:
+            self._stop()
+        self._remember_selection(items)
+        if hasattr(self.config, "workerinput"):
+            self.config.workeroutput["evalgate"] = {"selection": self.selection}  # type: ignore[attr-defined]
+        elif self._gates():
+            self._gate(session)
+        session.testsfailed = self.tally.evalgate_failed_count(self.gate_exit, self._gates())
+        return result
+
+    def _gates(self) -> bool:
+        sharded = self.shard is not None and self.shard.count > 1
+        return self.aggregate_only or not sharded
+
+    def _remember_selection(self, items: list[EvalgateItem]) -> None:
+        for item in items:
+            entry = self.selection.setdefault(item.suite_path, {"candidates": [], "cases": []})
+            entry["candidates"].append(item.candidate)
+            entry["cases"].append(item.case.case_id)
+        for entry in self.selection.values():
+            entry["candidates"] = sorted(set(entry["candidates"]))
+            entry["cases"] = sorted(set(entry["cases"]))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", {}).get("evalgate")
+        if output is None:
+            self.crashed.append(str(getattr(node.gateway, "id", "worker")))
+            return
+        for path, entry in output["selection"].items():
+            self.selection.setdefault(path, entry)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> EvalgateScheduling:
+        from xdist.workermanage import parse_tx_spec_config
+
+        numnodes = len(parse_tx_spec_config(config))
+        return EvalgateScheduling(numnodes, self.shard.count if self.shard else 1, log)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tally.evalgate_count(report)
+
+    def _gate(self, session: pytest.Session) -> None:
+        self.gate_exit = 0
+        if self.crashed and not self.selection:
+            self.summary.append(
+                f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
+            )
+            self.gate_exit = 1
+            return
+        for path in sorted(self.selection):
+            self._gate_suite(path)
+
+    def _gate_suite(self, path: str) -> None:
+        suite = self.evalgate_suite(path)
+        assert suite is not None
+        entry = self.selection[path]
+        selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
+        try:
+            policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+            outcome = evalgate_decide(
+                self.backend,
+                suite.manifest,
+                selection,
+                policy,
+                report_dir=self.config.getoption("evalgate_report"),
+                sign_key=self.config.getoption("evalgate_sign_key"),
+            )
+        except EvalgateConfigError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.gate_exit = max(self.gate_exit, outcome.exit_status)
+        self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
+        self.summary += [f"wrote {path}" for path in outcome.written]
+        self.config.hook.pytest_evalgate_decision(config=self.config, decision=outcome.decision)
+        for rule in outcome.decision["rules"]:
+            for report in evalgate_rule_reports(rule, outcome.decision):
+                self.config.hook.pytest_runtest_logreport(report=report)
+
+    def _policy_option(self) -> str | None:
+        value = self.config.getoption("evalgate_policy") or self.config.getini("evalgate_policy")
+        return str(value) if value else None
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.summary:
+            return
+        terminalreporter.write_sep("=", "evalgate")
+        for line in self.summary:
+            terminalreporter.write_line(line)
+
+    def _start(self, items: list[EvalgateItem]) -> None:
+        self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
+        runs = self._suite_runs(items)
+        works = self._works(items, runs)
+        mine = self._prefetch(works)
+        writer = EvalgateSegmentWriter(self.backend, self._shard_dir())
+        budget = next(iter(runs.values())).manifest.budget
+        parts = self._parts()
+        index = self._part_index()
+        self.runner = EvalgateRunner(
+            mine,
+            writer,
+            lambda: EvalgateLimiter(
+                int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
+                _share_or_none(budget["requests_per_second"], parts, index),
+                _share_or_none(budget["tokens_per_minute"], parts, index),
+                log=_LOG.info,  # AIMD changes: shown with --log-cli-level=INFO
+            ),
+            concurrency=int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
+        )
+        self.runner.evalgate_start()
+
+    def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
+        assert self.pool is not None
+        runs: dict[str, EvalgateSuiteRun] = {}
+        for path in sorted({item.suite_path for item in items}):
+            suite = self.suites[path]
+            assert suite is not None
+            runs[path] = self._suite_run(suite)
+        return runs
+
+    def _suite_run(self, suite: EvalgateSuite) -> EvalgateSuiteRun:
+        assert self.pool is not None
+        manifest = suite.manifest
+        replica = self._part_index()
+        candidates = manifest.candidates.values()
+        endpoints = {c.name: self.pool.evalgate_endpoint(manifest, c, replica) for c in candidates}
+        keys = {c.name: c.key for c in candidates}
+        prefixes = {
+            name: self._generation(
+                evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+            )
+            for name, key in keys.items()
+        }
+        for name, prefix in prefixes.items():
+            self._load_stored(
+                manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
+            )
+        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, endpoints, prefixes, keys)
+
+    def _generation(self, candidate_prefix: str) -> str:
+        # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
+        fresh = bool(self.config.getoption("evalgate_fresh"))
+        return evalgate_use_generation(
+            self.backend, candidate_prefix, self._run_id() if fresh else None
+        )
+
+    def _run_id(self) -> str:
+        # Every process of one run must name the same generation: pods share the env var,
+        # xdist workers the controller's testrunuid.
+        workerinput = getattr(self.config, "workerinput", None)
+        default = str(workerinput["testrunuid"]) if workerinput else self.writer_run
+        return os.environ.get("PYTEST_EVALGATE_RUN_ID", default)
+
+    def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
+        view = evalgate_read_generation(
+            self.backend, prefix, EvalgateExpectation(digest, revision, key)
+        )
+        self.stored.update(view.results)
+
+    def _works(
+        self, items: list[EvalgateItem], runs: dict[str, EvalgateSuiteRun]
+    ) -> list[EvalgateWork]:
+        works = []
+        for item in items:
+            run = runs[item.suite_path]
+            key = item.evalgate_key
+            shard = self._shard_of(item, run.manifest.shards)
+            work = EvalgateWork(key, run, item.case, item.candidate, item.repetition, shard)
+            self.works[key] = work
+            if key not in self.stored:
+                works.append(work)
+        return works
+
+    def _prefetch(self, works: list[EvalgateWork]) -> list[EvalgateWork]:
+        count = self._worker_count()
+        if count <= 1:
+            return works
+        shards = self.shard.count if self.shard else 1
+        index = self._worker_index()
+        return [w for w in works if evalgate_sub_shard(w.case.case_id, shards, count) == index]
+
+    def _worker_count(self) -> int:
+        workerinput = getattr(self.config, "workerinput", None)
+        return int(workerinput["workercount"]) if workerinput else 1
+
+    def _worker_index(self) -> int:
+        workerinput = getattr(self.config, "workerinput", None)
+        if not workerinput:
+            return 0
+        # A worker that replaces a crashed one gets a new id (gw2 of 2): wrap it, as the
+        # scheduler does, so its budget share and prefetch stay in range.
+        return int(str(workerinput["workerid"]).removeprefix("gw")) % self._worker_count()
+
+    def _parts(self) -> int:
+        return (self.shard.count if self.shard else 1) * self._worker_count()
+
+    def _part_index(self) -> int:
+        shard_index = self.shard.index if self.shard else 0
+        return shard_index * self._worker_count() + self._worker_index()
+
+    def _shard_dir(self) -> str:
+        spec = self.shard or EvalgateShardSpec(0, 1)
+        return f"shard-{spec.index}-of-{spec.count}"
+
+    def _stop(self) -> None:
+        try:
+            if self.runner is not None:
+                self.runner.evalgate_close()
+        finally:
+            if self.pool is not None:
+                self.pool.evalgate_close()
+
+    def evalgate_record_for(self, item: EvalgateItem) -> dict[str, Any]:
+        """The record of ``item``: from the store when committed before, else from the runner."""
+        key = item.evalgate_key
+        stored = self.stored.get(key)
+        if stored is not None:
+            return stored
+        if self.aggregate_only or self.runner is None:
+            return _missing(key)
+        work = self.works[key]
+        record = self.runner.evalgate_wait(work)
+        return record
+
+
+def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
+    return None if total is None else float(evalgate_share(total, parts, index, integer=False))
+
+
+def _missing(key: Any) -> dict[str, Any]:
+    message = "no committed record in the store (aggregate mode sends no requests)"
+    return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}
