@@ -32,6 +32,8 @@ from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.scoring import EvalgateScorer, evalgate_passed
 from pytest_evalgate.store import EvalgateIdentityKey, EvalgateSegmentWriter, evalgate_seal
 
+_WAKE_EVERY = 16
+
 
 @dataclass
 class EvalgateSuiteRun:
@@ -94,6 +96,8 @@ class EvalgateRunner:
         self._done: dict[EvalgateIdentityKey, dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._waiting: EvalgateIdentityKey | None = None
+        self._blocked = False  # set by the runner thread when the window stops it
+        self._idle: deque[asyncio.Future[None]] = deque()
         self._closing = False
         self._failure: BaseException | None = None
         self._stopped: dict[tuple[int, str], str] = {}
@@ -122,7 +126,11 @@ class EvalgateRunner:
             self._waiting = None
             record = self._done.pop(work.key)
         self._consumed += 1
-        self._call_soon(self._notify)
+        # Wake the loop only when the window holds it back, and then every 16 items: each
+        # wake-up is a syscall that hands the GIL over, which the item loop pays for.
+        if self._blocked and self._consumed % _WAKE_EVERY == 0:
+            self._blocked = False
+            self._call_soon(self._notify)
         return record
 
     def evalgate_stopped_reason(self, work: EvalgateWork) -> str | None:
@@ -171,7 +179,6 @@ class EvalgateRunner:
 
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._changed = asyncio.Event()
         client = EvalgateClient(self._limiter_factory())
         self._ready.set()
         committer = asyncio.create_task(self._commit_loop())
@@ -184,8 +191,18 @@ class EvalgateRunner:
             await client.aclose()
 
     def _notify(self) -> None:
-        event, self._changed = self._changed, asyncio.Event()
-        event.set()
+        # Wake one idle worker per work it can take (all of them when closing), not every
+        # worker on every change: 64 workers woken per item cost more than the request.
+        wake = len(self._idle) if self._closing else self._available()
+        while self._idle and wake > 0:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                wake -= 1
+
+    def _available(self) -> int:
+        limit = min(len(self._works), self._consumed + self._window)
+        return len(self._urgent) + max(0, limit - self._index)
 
     async def _commit_loop(self) -> None:
         while True:
@@ -207,7 +224,11 @@ class EvalgateRunner:
                 return work
             if self._closing and not self._urgent:
                 return None
-            await self._changed.wait()
+            if self._index < len(self._works):
+                self._blocked = True
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            await waiter
 
     def _take(self) -> EvalgateWork | None:
         while self._urgent:
@@ -263,6 +284,8 @@ class EvalgateRunner:
         return evalgate_build_record(work, result, self._writer.writer, started, _now())
 
     def _finish(self, work: EvalgateWork, record: dict[str, Any]) -> None:
+        if self._idle and self._available():
+            self._notify()  # dispatched work may be skipped by _take; let a peer look
         self._count(record)
         if record.get("_not_requested") is None:
             self._writer.evalgate_add(work.suite.prefixes[work.candidate], record)
