@@ -303,6 +303,8 @@ class EvalgatePerfResult:
             for f in dataclasses.fields(self)
             if f.name not in ("samples", "from_schedule")
         }
+        for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
+            out[name] = _finite(out[name])  # NaN (nothing measured) is not JSON
         out["pair"] = list(self.pair)
         out["achieved_rate"] = dict(self.achieved_rate)
         out["completed"] = dict(self.completed)
@@ -338,6 +340,8 @@ def evalgate_perf_from_dict(data: Mapping[str, Any]) -> EvalgatePerfResult:
     e.g. by the aggregation pod, which sends no requests."""
     names = [f.name for f in dataclasses.fields(EvalgatePerfResult)]
     values = {name: data[name] for name in names if name not in ("samples", "from_schedule")}
+    for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
+        values[name] = math.nan if values[name] is None else float(values[name])
     values["pair"] = tuple(data["pair"])
     values["samples"] = _arrays(data["samples"])
     values["from_schedule"] = _arrays(data["from_schedule"])

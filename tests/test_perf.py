@@ -351,6 +351,10 @@ def test_to_dict_is_json_and_round_trips() -> None:
     assert back.to_dict() == result.to_dict()
     assert np.array_equal(back.samples["tpot"][1], np.array([1.0, 2.5]))
     assert "samples" not in result.to_dict(include_samples=False)
+    nothing = dataclasses.replace(result, delay_p50_s=math.nan, delay_max_s=math.nan)
+    data = json.loads(json.dumps(nothing.to_dict(), allow_nan=False))
+    assert data["delay_p50_s"] is None
+    assert math.isnan(evalgate_perf_from_dict(data).delay_max_s)
 
 
 def test_merge_replaces_perf_only_and_empties_it_when_unjudgeable() -> None:
