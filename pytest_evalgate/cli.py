@@ -68,9 +68,10 @@ def _gate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _gate_run(args: argparse.Namespace) -> int:
     from pytest_evalgate.aggregate import EvalgateSelection
-    from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy
+    from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
     from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.manifest import evalgate_load_manifest
+    from pytest_evalgate.perf import evalgate_perf_phase
     from pytest_evalgate.report import evalgate_summary_lines
     from pytest_evalgate.store import EvalgateLocalStore
 
@@ -80,9 +81,11 @@ def _gate_run(args: argparse.Namespace) -> int:
         selection = EvalgateSelection(
             tuple(manifest.candidates), tuple(case.case_id for case in manifest.cases)
         )
+        backend = EvalgateLocalStore(args.store)
+        perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
         outcome = evalgate_decide(
-            EvalgateLocalStore(args.store), manifest, selection, policy,
-            report_dir=args.report, sign_key=args.sign_key,
+            backend, manifest, selection, policy,
+            report_dir=args.report, sign_key=args.sign_key, perf=perf,
         )  # fmt: skip
     except EvalgateConfigError as exc:
         print(f"evalgate gate: {exc}", file=sys.stderr)

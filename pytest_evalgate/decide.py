@@ -29,6 +29,7 @@ from pytest_evalgate.gate import (
     evalgate_verdict,
 )
 from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.report import evalgate_decision, evalgate_write_report
 from pytest_evalgate.store import EvalgateStoreBackend
 
@@ -59,15 +60,22 @@ def evalgate_decide(
     *,
     report_dir: str | None = None,
     sign_key: str | None = None,
+    perf: EvalgatePerfResult | None = None,
 ) -> EvalgateOutcome:
-    """Aggregate ``selection`` from the store, gate it with ``policy``, report and sign."""
-    pair = (policy.candidate, policy.baseline)
-    _check_pair(manifest, policy)
+    """Aggregate ``selection`` from the store, gate it with ``policy``, report and sign.
+
+    With ``perf`` (the load phase's result), perf rules are judged on its samples, measured over
+    one window for both sides, instead of the eval requests' timings.
+    """
+    pair = evalgate_pair(manifest, policy)
     aggregate = evalgate_aggregate(backend, manifest, selection, pair)
+    if perf is not None and aggregate.gate_input is not None:
+        aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
+    decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     written, notes = _publish(decision, report_dir, sign_key)
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
@@ -78,12 +86,14 @@ def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None)
     return evalgate_load_policy(evalgate_policy_path(manifest, override))
 
 
-def _check_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
+def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
+    """(candidate, baseline) names the policy compares, checked against the manifest."""
     for role, name in (("candidate", policy.candidate), ("baseline", policy.baseline)):
         if name not in manifest.candidates:
             known = ", ".join(manifest.candidates)
             reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
             raise EvalgatePolicyError(policy.source, role, reason)
+    return (policy.candidate, policy.baseline)
 
 
 def _evaluate(
@@ -100,11 +110,12 @@ def _evaluate(
 def _selected_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:
     # A partial selection is gated over the rules it covers: slices of the selected categories
     # ("*" expands to those), and perf and error-rate rules; "all" is not all of a subset.
+    # Perf rules judge the deployment as a whole and are left out of a partial verdict.
     present = {str(value) for value in data.categories}
     rules = tuple(
         rule
         for rule in policy.rules
-        if rule.slice is None or rule.slice == "*" or rule.slice in present
+        if rule.rule == "max_delta" or rule.slice == "*" or rule.slice in present
     )
     return dataclasses.replace(policy, rules=rules)
 

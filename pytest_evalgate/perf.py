@@ -58,6 +58,7 @@ from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateE
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.stats import evalgate_percentile
+from pytest_evalgate.store import EvalgateStoreBackend
 
 FloatArray = npt.NDArray[np.float64]
 EvalgatePerfSamples = Mapping[str, tuple[FloatArray, FloatArray]]
@@ -540,3 +541,55 @@ def evalgate_merge_perf(
     else:
         perf = {m: (np.zeros(0), np.zeros(0)) for m in EVALGATE_PERF_METRICS}
     return dataclasses.replace(gate_input, perf=perf)
+
+
+# --------------------------------------------------------------------------- persistence
+
+
+def evalgate_perf_prefix(manifest: EvalgateManifest, pair: tuple[str, str]) -> str:
+    """Store folder of the load-phase results of one (candidate, baseline) pair."""
+    keys = "__".join(manifest.candidates[name].key for name in pair)
+    return f"{manifest.suite}/{manifest.definition_digest[:16]}/perf/{keys}"
+
+
+def evalgate_load_perf(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, pair: tuple[str, str]
+) -> EvalgatePerfResult | None:
+    """The newest stored load-phase result for ``pair``, or None."""
+    prefix = evalgate_perf_prefix(manifest, pair)
+    names = [name for name in backend.evalgate_list(prefix) if name.endswith(".jsonl")]
+    if not names:
+        return None
+    text = backend.evalgate_read(max(names)).decode("utf-8")
+    return evalgate_perf_from_dict(json.loads(text))
+
+
+def evalgate_save_perf(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    pair: tuple[str, str],
+    result: EvalgatePerfResult,
+) -> str:
+    """Commit ``result`` atomically under a new, time-ordered name; returns its path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = f"{evalgate_perf_prefix(manifest, pair)}/perf-{stamp}-{os.getpid()}.jsonl"
+    backend.evalgate_write_atomic(path, (json.dumps(result.to_dict()) + "\n").encode("utf-8"))
+    return path
+
+
+def evalgate_perf_phase(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    endpoints: Callable[[], Mapping[str, EvalgateEndpoint]] | None,
+    pair: tuple[str, str],
+) -> EvalgatePerfResult | None:
+    """The load phase's result: reused from the store when there is one, else run (when
+    ``endpoints`` is given) and committed. None without a perf block or anything to reuse."""
+    if manifest.perf is None:
+        return None
+    stored = evalgate_load_perf(backend, manifest, pair)
+    if stored is not None or endpoints is None:
+        return stored
+    result = evalgate_run_perf(manifest, endpoints(), pair)
+    evalgate_save_perf(backend, manifest, pair, result)
+    return result

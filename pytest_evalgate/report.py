@@ -117,11 +117,25 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     ]
     lines += [f"INVALID: {problem}" for problem in counts["problems"][:10]]
     lines += _rate_lines(decision["rates"])
+    lines += _perf_phase_lines(decision.get("perf_phase"))
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
     if decision["canary_hits"]:
         lines.append(f"CANARY: {decision['canary_hits']} output(s) contain the canary string")
     return lines
+
+
+def _perf_phase_lines(phase: Mapping[str, Any] | None) -> list[str]:
+    if not phase:
+        return []
+    achieved = ", ".join(f"{name} {rate:.1f}/s" for name, rate in phase["achieved_rate"].items())
+    line = (
+        f"load phase ({phase['profile']}, {phase['duration_s']:g} s): requested "
+        f"{phase['requested_rate']:g}/s, achieved {achieved}; scheduling delay p50 "
+        f"{1000 * phase['delay_p50_s']:.1f} ms, p95 {1000 * phase['delay_p95_s']:.1f} ms"
+    )
+    verdict = "judged" if phase["judgeable"] else f"NOT JUDGED: {phase['reason']}"
+    return [line, f"load phase {verdict}"]
 
 
 def _errors_text(errors: Mapping[str, int]) -> str:

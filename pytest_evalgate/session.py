@@ -18,7 +18,7 @@ import pytest
 
 from pytest_evalgate.aggregate import EvalgateSelection
 from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
-from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy
+from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
 from pytest_evalgate.endpoints import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.items import (
@@ -27,7 +27,13 @@ from pytest_evalgate.items import (
     EvalgateTally,
     evalgate_rule_reports,
 )
-from pytest_evalgate.manifest import EVALGATE_MANIFEST_NAME, evalgate_load_manifest
+from pytest_evalgate.manifest import (
+    EVALGATE_MANIFEST_NAME,
+    EvalgateManifest,
+    evalgate_load_manifest,
+)
+from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
+from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.scheduler import EvalgateScheduling
@@ -88,6 +94,7 @@ class EvalgatePlugin:
         self.gate_exit = 0
         self.tally = EvalgateTally()
         self.plans: dict[tuple[str, int], dict[str, int] | None] = {}
+        self.progress_line: EvalgateProgressLine | None = None
 
     def _shard_spec(self) -> EvalgateShardSpec | None:
         text = self.config.getoption("evalgate_shard")
@@ -166,6 +173,8 @@ class EvalgatePlugin:
             self.config.workeroutput["evalgate"] = {"selection": self.selection}  # type: ignore[attr-defined]
         elif self._gates():
             self._gate(session)
+        elif self.shard is not None and self.shard.index == 0:
+            self._shard_zero_perf()
         session.testsfailed = self.tally.evalgate_failed_count(self.gate_exit, self._gates())
         return result
 
@@ -219,6 +228,8 @@ class EvalgatePlugin:
         selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
         try:
             policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+            full = selection.evalgate_is_full(suite.manifest)
+            perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
             outcome = evalgate_decide(
                 self.backend,
                 suite.manifest,
@@ -226,6 +237,7 @@ class EvalgatePlugin:
                 policy,
                 report_dir=self.config.getoption("evalgate_report"),
                 sign_key=self.config.getoption("evalgate_sign_key"),
+                perf=perf,
             )
         except EvalgateConfigError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -236,6 +248,46 @@ class EvalgatePlugin:
         for rule in outcome.decision["rules"]:
             for report in evalgate_rule_reports(rule, outcome.decision):
                 self.config.hook.pytest_runtest_logreport(report=report)
+
+    def _perf(
+        self, manifest: EvalgateManifest, pair: tuple[str, str], run: bool
+    ) -> EvalgatePerfResult | None:
+        """The load phase (SPEC section 8): reused from the store, else run when ``run`` and
+        requests are allowed. It runs after the eval phase, so the two do not compete."""
+        if manifest.perf is None:
+            return None
+        if self.aggregate_only or not run:
+            return evalgate_perf_phase(self.backend, manifest, None, pair)
+        pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
+        try:
+            self._say(f"evalgate: load phase of {manifest.suite} ({manifest.perf['duration_s']} s)")
+            return evalgate_perf_phase(
+                self.backend,
+                manifest,
+                lambda: {
+                    n: pool.evalgate_endpoint(manifest, manifest.candidates[n], 0) for n in pair
+                },
+                pair,
+            )
+        finally:
+            pool.evalgate_close()
+
+    def _shard_zero_perf(self) -> None:
+        # In an Indexed Job, pod 0 runs the load phase after its items and commits it to the
+        # store, where the aggregation pod (which sends no requests) finds it.
+        for path in sorted(self.selection):
+            suite = self.suites[path]
+            assert suite is not None
+            try:
+                policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+                self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), True)
+            except EvalgateConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+
+    def _say(self, line: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and self.config.get_verbosity() >= 0:
+            reporter.write_line(line)
 
     def _policy_option(self) -> str | None:
         value = self.config.getoption("evalgate_policy") or self.config.getini("evalgate_policy")
@@ -269,6 +321,24 @@ class EvalgatePlugin:
             concurrency=int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
         )
         self.runner.evalgate_start()
+        self.progress_line = self._progress_line()
+
+    def _progress_line(self) -> EvalgateProgressLine | None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return None
+        is_worker = hasattr(self.config, "workerinput")
+        tty = bool(getattr(reporter, "isatty", False))
+        wanted = evalgate_progress_wanted(tty, self.config.get_verbosity(), is_worker)
+        return EvalgateProgressLine() if wanted else None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        if self.runner is None or self.progress_line is None:
+            return
+        line = self.progress_line.evalgate_maybe_line(self.runner.progress)
+        if line:
+            self._say(line)
 
     def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
         assert self.pool is not None
