@@ -9,7 +9,9 @@ from typing import Any
 
 def evalgate_canonical_json(obj: Any) -> bytes:
     """Serialise ``obj`` as canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
     return text.encode("utf-8")
 
 
