@@ -17,29 +17,13 @@ Run: ``python bench/gate.py`` from the repo. Prints times and ratios; asserts no
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from pytest_evalgate import gate, stats
+from pytest_evalgate.aggregate import EvalgateGateInput as BenchInput
 
 CASES, CATEGORIES, CLUSTER, RESAMPLES = 40_000, 50, 4, 10_000
-
-
-@dataclass(frozen=True)
-class BenchInput:
-    """Structurally identical to aggregate.EvalgateGateInput."""
-
-    case_ids: tuple[str, ...]
-    categories: np.ndarray
-    clusters: np.ndarray
-    candidate_scores: np.ndarray
-    baseline_scores: np.ndarray
-    candidate_fail_counts: np.ndarray
-    candidate_trials: np.ndarray
-    repetitions: tuple[int, int] = (1, 1)
-    perf: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    error_rates: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def make_input() -> BenchInput:

@@ -60,9 +60,11 @@ class EvalgateGateInput:
     baseline_scores: npt.NDArray[np.float64]
     candidate_fail_counts: npt.NDArray[np.int64]
     candidate_trials: npt.NDArray[np.int64]
-    repetitions: tuple[int, int]
-    perf: Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]
-    error_rates: Mapping[str, tuple[int, int]]
+    repetitions: tuple[int, int] = (1, 1)
+    perf: Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(
+        default_factory=dict
+    )
+    error_rates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -240,6 +240,7 @@ class EvalgateStoreView:
     duplicates: int = 0
     problems: list[EvalgateStoreProblem] = field(default_factory=list)
     segments: int = 0
+    where: dict[EvalgateIdentityKey, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -405,11 +406,15 @@ def _merge_result(
     existing = view.results.get(key)
     if existing is None:
         view.results[key] = record
+        view.where[key] = f"{relpath}:{number}"
         view.errors.pop(key, None)
     elif _content(existing) == _content(record):
         view.duplicates += 1
     else:
-        reason = "conflicting duplicate: same identity, different output or score"
+        reason = (
+            "conflicting duplicate: same identity, different output or score than "
+            + view.where[key]
+        )
         view.problems.append(EvalgateStoreProblem(relpath, number, _key_text(key), reason))
 
 

@@ -109,7 +109,9 @@ def test_a_conflicting_duplicate_makes_the_run_invalid(
     assert result.status == "invalid"
     [problem] = result.problems
     assert "conflicting duplicate" in problem.reason and "alpha-001" in problem.identity
-    assert problem.file.endswith(".jsonl") and problem.line == 1
+    # Both places are named: the one reported and the one it conflicts with.
+    places = {f"{problem.file}:{problem.line}", problem.reason.rsplit(" ", 1)[-1]}
+    assert len(places) == 2 and all("shard-0-of-2/seg-" in place for place in places)
 
 
 def test_missing_and_errored_identities_make_it_incomplete(

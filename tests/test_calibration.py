@@ -8,12 +8,11 @@ run through ``evalgate_evaluate`` checks the same on the real bootstrap path wit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 from scipy import stats as sps
 
 from pytest_evalgate import gate, stats
+from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 
 
 def clustered_diffs(
@@ -53,22 +52,6 @@ def test_iid_bootstrap_on_clustered_data_would_undercover() -> None:
         lo, hi, _ = stats.evalgate_cluster_bootstrap(diffs, np.arange(diffs.size), 1_000, run, 0.95)
         hits += lo <= 0.0 <= hi
     assert hits / runs < 0.85
-
-
-@dataclass(frozen=True)
-class GateInput:
-    """Structurally identical to aggregate.EvalgateGateInput (docs/architecture.md)."""
-
-    case_ids: tuple[str, ...]
-    categories: np.ndarray
-    clusters: np.ndarray
-    candidate_scores: np.ndarray
-    baseline_scores: np.ndarray
-    candidate_fail_counts: np.ndarray
-    candidate_trials: np.ndarray
-    repetitions: tuple[int, int] = (1, 1)
-    perf: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    error_rates: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def gate_input(diffs: np.ndarray, labels: np.ndarray, categories: np.ndarray) -> GateInput:

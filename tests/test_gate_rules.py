@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pytest_evalgate import gate
+from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-
-
-@dataclass(frozen=True)
-class GateInput:
-    """Structurally identical to aggregate.EvalgateGateInput (docs/architecture.md)."""
-
-    case_ids: tuple[str, ...]
-    categories: np.ndarray
-    clusters: np.ndarray
-    candidate_scores: np.ndarray
-    baseline_scores: np.ndarray
-    candidate_fail_counts: np.ndarray
-    candidate_trials: np.ndarray
-    repetitions: tuple[int, int] = (1, 1)
-    perf: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    error_rates: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def make_input(
