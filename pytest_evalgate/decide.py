@@ -102,9 +102,29 @@ def _evaluate(
     data = aggregate.gate_input
     if data is None or not data.case_ids:
         return None
-    if not aggregate.partial:
-        return evalgate_evaluate(policy, data)
-    return evalgate_evaluate(_selected_rules(policy, data), data)
+    _check_slices(manifest, policy)
+    if aggregate.partial:
+        return evalgate_evaluate(_selected_rules(policy, data), data)
+    if aggregate.status != "complete":
+        # A store still missing shards may hold no paired case of a slice yet: the verdict is
+        # incomplete whatever the rules say, so gate what it holds instead of refusing the policy.
+        return evalgate_evaluate(_held_rules(policy, data), data)
+    return evalgate_evaluate(policy, data)
+
+
+def _check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
+    """A slice must name a category of the suite (not only of what the store holds so far)."""
+    known = sorted({case.category for case in manifest.cases})
+    for rule in policy.rules:
+        if rule.slice not in (None, "*", "all") and rule.slice not in known:
+            reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(known)}"
+            raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].slice", reason)
+
+
+def _held_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:
+    present = {str(value) for value in data.categories}
+    rules = tuple(rule for rule in policy.rules if rule.slice in (None, "*", "all", *present))
+    return dataclasses.replace(policy, rules=rules)
 
 
 def _selected_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:

@@ -132,6 +132,35 @@ def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester
     assert len(set(codes.values())) == 1, codes
 
 
+def test_aggregate_before_every_shard_is_done_is_incomplete(pytester: pytest.Pytester) -> None:
+    """A store holding one shard whose cases miss some categories: the aggregation Job says
+    ``incomplete`` (exit 1), not a usage error about the policy's slices (exit 4)."""
+    cases = make_cases(CATEGORIES, 10)
+    write_suite(
+        pytester.path / "suite",
+        {"candidate": CANDIDATE, "baseline": BASELINE},
+        cases=cases,
+        repetitions=REPETITIONS,
+        shards=4,
+        policy=POLICY,
+    )
+    held = {i: {c["category"] for c in cases if shard_for(str(c["id"]), 4) == i} for i in range(4)}
+    index = min(held, key=lambda i: len(held[i]))
+    assert held[index] < set(CATEGORIES)  # the suite must give a shard without some category
+    ran = pytester.runpytest("--evalgate", "suite", *NO_CACHE, f"--evalgate-shard={index}/4")
+    assert ran.ret == 0
+    result = pytester.runpytest(
+        "--evalgate", "suite", *NO_CACHE, "--evalgate-aggregate", "--evalgate-report=rep"
+    )
+    assert result.ret == 1
+    decision = _decision(pytester.path / "rep")
+    shard_cases = sum(1 for c in cases if shard_for(str(c["id"]), 4) == index)
+    assert decision["verdict"] == "incomplete"
+    assert decision["counts"]["completed"] == shard_cases * 2 * REPETITIONS
+    assert decision["counts"]["missing"] == (len(cases) - shard_cases) * 2 * REPETITIONS
+    assert not decision["attestable"]
+
+
 # --- 2. the rendered pod command, run locally ---------------------------------------------------
 
 SUITE_PATH = "suites/shards"
