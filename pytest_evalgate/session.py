@@ -161,6 +161,8 @@ class EvalgatePlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        if session.config.option.collectonly:
+            return (yield)  # listing items sends no request, commits nothing, gates nothing
         items = [item for item in session.items if isinstance(item, EvalgateItem)]
         try:
             if items and not self.aggregate_only:

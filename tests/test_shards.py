@@ -383,12 +383,16 @@ def test_auto_shard_reads_job_completion_index(
 ) -> None:
     case_ids = _auto_suite(pytester)
     monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))
+    log = pytester.path / "requests.jsonl"
     result = pytester.runpytest(
-        "--evalgate", "suite", "--evalgate-shard=auto/4", "--collect-only", "-q", *NO_CACHE
-    )
+        "--evalgate", "suite", "--evalgate-shard=auto/4", "--collect-only", "-q", *NO_CACHE,
+        f"--evalgate-request-log={log}",
+    )  # fmt: skip
     assert result.ret == 0
     mine = {case_id for case_id in case_ids if shard_for(case_id, 4) == index}
     assert mine and _collected(result) == mine
+    # listing a shard's items sends nothing and commits nothing
+    assert not log.exists() and not (pytester.path / ".evalgate").exists()
 
 
 @pytest.mark.parametrize("value", [None, ""])
