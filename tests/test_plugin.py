@@ -206,3 +206,25 @@ def test_shard_plan_in_the_manifest_decides_the_shard(pytester: pytest.Pytester)
     out = result.stdout.str()
     assert "2/12 tests collected (10 deselected)" in out
     assert "alpha-000[r0]" in out and "alpha-001" not in out
+
+
+def test_junit_is_correct_under_xdist(pytester: pytest.Pytester) -> None:
+    _suite(pytester, GOOD, BAD)
+    result = pytester.runpytest_subprocess(
+        "--evalgate", "suite", "-n", "2", "--junitxml=out.xml", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 0
+    root = ET.fromstring((pytester.path / "out.xml").read_text())
+    cases = list(root.iter("testcase"))
+    rules = [case for case in cases if case.get("classname") == "evalgate.gate"]
+    items = [case for case in cases if case.get("classname") != "evalgate.gate"]
+    assert [case.get("name") for case in rules] == ["test-suite/non_inferior[all]"]
+    assert len(items) == 24  # one testcase per item, none lost or doubled across workers
+    identities = {
+        prop.get("value")
+        for case in items
+        for prop in case.iter("property")
+        if prop.get("name") == "evalgate.identity"
+    }
+    assert len(identities) == 24
+    assert sum(1 for case in items if case.find("failure") is not None) == 12
