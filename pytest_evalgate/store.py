@@ -197,25 +197,44 @@ class EvalgateSegmentWriter:
         self._pending.setdefault(prefix, []).append(evalgate_canonical_json(record) + b"\n")
         self._count += 1
 
-    def evalgate_maybe_commit(self) -> None:
-        """Commit when ``max_records`` are pending or the oldest is ``max_age_s`` old."""
-        if self._count >= self.max_records or (
+    def evalgate_due(self) -> bool:
+        """Whether ``max_records`` are pending or the oldest is ``max_age_s`` old."""
+        return self._count >= self.max_records or bool(
             self._count and time.monotonic() - self._oldest >= self.max_age_s
-        ):
+        )
+
+    def evalgate_maybe_commit(self) -> None:
+        """Commit when ``evalgate_due``."""
+        if self.evalgate_due():
             self.evalgate_commit()
 
     def evalgate_commit(self) -> None:
         """Write every pending record; each candidate folder gets one new segment."""
+        self.evalgate_write(self.evalgate_take())
+
+    def evalgate_take(self) -> list[tuple[str, bytes, int]]:
+        """Empty the buffer into named segments ``(relpath, data, records)``, not yet written.
+
+        Cheap, so the caller can take on its busy thread and ``evalgate_write`` (write + fsync)
+        on another; segments must be written in the order they were taken.
+        """
+        segments = []
         for prefix, lines in self._pending.items():
             self._seq += 1
             relpath = f"{prefix}/{self.shard_dir}/seg-{self.writer}-{self._seq:06d}.jsonl"
-            try:
-                self.backend.evalgate_write_atomic(relpath, b"".join(lines))
-            except OSError as exc:
-                raise EvalgateStoreError(f"{relpath}: cannot commit segment: {exc}") from exc
-            self.committed += len(lines)
+            segments.append((relpath, b"".join(lines), len(lines)))
         self._pending.clear()
         self._count = 0
+        return segments
+
+    def evalgate_write(self, segments: list[tuple[str, bytes, int]]) -> None:
+        """Make taken segments visible atomically, one by one; counts them in ``committed``."""
+        for relpath, data, records in segments:
+            try:
+                self.backend.evalgate_write_atomic(relpath, data)
+            except OSError as exc:
+                raise EvalgateStoreError(f"{relpath}: cannot commit segment: {exc}") from exc
+            self.committed += records
 
 
 @dataclass(frozen=True)
