@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_evalgate.aggregate import EvalgateSelection
-from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
+from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
 from pytest_evalgate.endpoints import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
@@ -35,7 +35,12 @@ from pytest_evalgate.manifest import (
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
-from pytest_evalgate.runner import EvalgateRunner, EvalgateSuiteRun, EvalgateWork
+from pytest_evalgate.runner import (
+    EvalgateLimits,
+    EvalgateRunner,
+    EvalgateSuiteRun,
+    EvalgateWork,
+)
 from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import (
@@ -311,17 +316,14 @@ class EvalgatePlugin:
         budget = next(iter(runs.values())).manifest.budget
         parts = self._parts()
         index = self._part_index()
-        self.runner = EvalgateRunner(
-            mine,
-            writer,
-            lambda: EvalgateLimiter(
-                int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
-                _share_or_none(budget["requests_per_second"], parts, index),
-                _share_or_none(budget["tokens_per_minute"], parts, index),
-                log=_LOG.info,  # AIMD changes: shown with --log-cli-level=INFO
-            ),
-            concurrency=int(evalgate_share(budget["max_concurrency"], parts, index, integer=True)),
+        share = int(evalgate_share(budget["max_concurrency"], parts, index, integer=True))
+        limits = EvalgateLimits(
+            share,
+            _share_or_none(budget["requests_per_second"], parts, index),
+            _share_or_none(budget["tokens_per_minute"], parts, index),
         )
+        # AIMD changes (logged by the runner's child): shown with --log-cli-level=INFO
+        self.runner = EvalgateRunner(mine, writer, limits, concurrency=share, log=_LOG.info)
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()
 
