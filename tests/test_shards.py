@@ -75,11 +75,19 @@ def _whole(decision: Mapping[str, Any], expected: int, how: str) -> None:
 # --- 1. verdict invariance ----------------------------------------------------------------------
 
 
+def _clean_env() -> dict[str, str]:
+    """This environment without what would steer a run (a shard index, base URL overrides)."""
+    steering = ("JOB_COMPLETION_INDEX", "PYTEST_EVALGATE_", "PYTEST_ADDOPTS")
+    return {k: v for k, v in os.environ.items() if not k.startswith(steering)}
+
+
 def _start_pytest(root: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
     """``pytest --evalgate suite ARGS`` in ``root``; output to ``<name>.out`` (read on failure)."""
     argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", *NO_CACHE, "-q", *args]
     with open(root / f"{name}.out", "wb") as out:
-        return subprocess.Popen(argv, cwd=root, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, cwd=root, env=_clean_env(), stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def _finish(root: Path, runs: Mapping[str, subprocess.Popen[bytes]]) -> dict[str, int]:
@@ -280,7 +288,9 @@ def _start_single(host: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "pytest", "--evalgate", SUITE_PATH, *NO_CACHE, "-q"]
     argv += ["--evalgate-store=single-store", "--evalgate-report=single-report"]
     with open(host / "single.out", "wb") as out:
-        return subprocess.Popen(argv, cwd=host, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            argv, cwd=host, env=_clean_env(), stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def _render(manifest: EvalgateManifest) -> tuple[dict[str, Any], dict[str, Any]]:
