@@ -82,8 +82,12 @@ def evalgate_decide(
 
 
 def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None) -> EvalgatePolicy:
-    """Load the policy for ``manifest`` (its gate.yaml unless ``override``)."""
-    return evalgate_load_policy(evalgate_policy_path(manifest, override))
+    """Load the policy for ``manifest`` (its gate.yaml unless ``override``) and check it against
+    the suite: compared candidates exist, slices name the suite's categories."""
+    policy = evalgate_load_policy(evalgate_policy_path(manifest, override))
+    evalgate_pair(manifest, policy)
+    _check_slices(manifest, policy)
+    return policy
 
 
 def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:

@@ -65,7 +65,9 @@ _LOG = logging.getLogger("pytest_evalgate")
 class EvalgateSuite:
     """A loaded suite: manifest, scorer, threshold."""
 
-    def __init__(self, config: pytest.Config, path: str) -> None:
+    def __init__(
+        self, config: pytest.Config, path: str, policy_path: str | None, gates: bool
+    ) -> None:
         self.manifest = evalgate_load_manifest(path)
         evaluator = self.manifest.evaluator
         options = dict(evaluator["options"])
@@ -74,6 +76,11 @@ class EvalgateSuite:
             extra.update(found or {})
         self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
         self.threshold = evalgate_threshold(options, path)
+        # The policy is checked at collection, before any request: a typo in gate.yaml must not
+        # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
+        found = policy_path or os.path.join(self.manifest.suite_dir, "gate.yaml")
+        needed = gates or policy_path is not None or os.path.exists(found)
+        self.policy = evalgate_load_suite_policy(self.manifest, policy_path) if needed else None
 
 
 class EvalgatePlugin:
@@ -121,7 +128,9 @@ class EvalgatePlugin:
         """The suite at ``path``, loaded once; a config error is kept for a usage error."""
         if path not in self.suites:
             try:
-                self.suites[path] = EvalgateSuite(self.config, path)
+                self.suites[path] = EvalgateSuite(
+                    self.config, path, self._policy_option(), self._gates()
+                )
             except EvalgateConfigError as exc:
                 self.config_errors.append(exc)
                 self.suites[path] = None
@@ -234,7 +243,8 @@ class EvalgatePlugin:
         entry = self.selection[path]
         selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
         try:
-            policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+            policy = suite.policy
+            assert policy is not None  # loaded at collection whenever the session gates
             full = selection.evalgate_is_full(suite.manifest)
             perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
             outcome = evalgate_decide(
@@ -286,7 +296,9 @@ class EvalgatePlugin:
             suite = self.suites[path]
             assert suite is not None
             try:
-                policy = evalgate_load_suite_policy(suite.manifest, self._policy_option())
+                if suite.policy is None:
+                    continue
+                policy = suite.policy
                 self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), True)
             except EvalgateConfigError as exc:
                 raise pytest.UsageError(str(exc)) from None

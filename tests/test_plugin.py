@@ -228,3 +228,24 @@ def test_junit_is_correct_under_xdist(pytester: pytest.Pytester) -> None:
     }
     assert len(identities) == 24
     assert sum(1 for case in items if case.find("failure") is not None) == 12
+
+
+def test_bad_policy_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    policy = {"version": "v", "rules": [{"slice": "all", "rule": "non_inferiour", "margin": 0.1}]}
+    _suite(pytester, GOOD, GOOD, policy=policy)
+    log = pytester.path / "requests.jsonl"
+    result = pytester.runpytest(
+        "--evalgate", "suite", f"--evalgate-request-log={log}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert "gate.yaml" in err and "rules[0]" in err and "non_inferiour" in err
+    assert not log.exists() or log.read_text() == ""  # refused before any request
+
+
+def test_policy_slice_that_names_no_category_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    policy = {"version": "v", "rules": [{"slice": "biling", "rule": "non_inferior", "margin": 0.1}]}
+    _suite(pytester, GOOD, GOOD, policy=policy)
+    result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider")
+    assert result.ret == 4
+    assert "rules[0].slice: no category 'biling' in the suite" in result.stderr.str()
