@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,17 @@ def _finish(root: Path, runs: Mapping[str, subprocess.Popen[bytes]]) -> dict[str
     return codes
 
 
+def _requested(root: Path, names: Sequence[str]) -> Counter[str]:
+    """identity -> completion requests the simulators logged, over the runs ``names``."""
+    sent: Counter[str] = Counter()
+    for name in names:
+        for line in (root / f"{name}.log").read_text().splitlines():
+            identity = json.loads(line).get("identity")
+            if identity:  # readiness probes carry no identity
+                sent[identity] += 1
+    return sent
+
+
 def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester) -> None:
     cases = make_cases(CATEGORIES, 10)
     write_suite(
@@ -113,20 +124,31 @@ def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester
     # the pods of an Indexed Job do.
     runs = {
         f"n{k}": _start_pytest(root, f"n{k}", "-n", k, f"--evalgate-store=store-n{k}",
-                               f"--evalgate-report=report-n{k}")
+                               f"--evalgate-report=report-n{k}", f"--evalgate-request-log=n{k}.log")
         for k in ("0", "2", "4")
     }  # fmt: skip
     shards = {
         f"shard{i}": _start_pytest(root, f"shard{i}", f"--evalgate-shard={i}/4",
-                                   "--evalgate-store=store-sharded")
+                                   "--evalgate-store=store-sharded",
+                                   f"--evalgate-request-log=shard{i}.log")
         for i in range(4)
     }  # fmt: skip
     assert set(_finish(root, shards).values()) == {0}  # wrong answers never fail a shard
     runs["sharded"] = _start_pytest(
         root, "sharded", "--evalgate-aggregate", "--evalgate-store=store-sharded",
-        "--evalgate-report=report-sharded",
+        "--evalgate-report=report-sharded", "--evalgate-request-log=sharded.log",
     )  # fmt: skip
     codes = _finish(root, runs)
+    wanted = {
+        f"test-v1/{name}/{case['id']}/r{repetition}"
+        for name in ("candidate", "baseline")
+        for case in cases
+        for repetition in range(REPETITIONS)
+    }
+    for name, logs in (("n0", ["n0"]), ("n2", ["n2"]), ("n4", ["n4"]), ("sharded", [*shards])):
+        sent = _requested(root, logs)
+        assert set(sent) == wanted and max(sent.values()) == 1, f"{name}: not requested once each"
+    assert not (root / "sharded.log").exists()  # aggregation sends no request
     expected = len(cases) * 2 * REPETITIONS
     reference = _decision(root / "report-n0")
     _whole(reference, expected, "-n 0")
