@@ -195,8 +195,9 @@ def test_aggregate_before_every_shard_is_done_is_incomplete(pytester: pytest.Pyt
 
 SUITE_PATH = "suites/shards"
 POD_SHARDS = 3
-# 40 identities a shard at one request in flight (max_concurrency 3 over 3 shards) take about
-# 2.4 s: long enough to see a first segment committed (after ~0.5 s) and kill the index then.
+# The killed index holds 9 cases (36 identities); at one request in flight (max_concurrency 3
+# over 3 shards) they take over 2 s: long enough to see a first segment committed (after ~0.5 s)
+# and kill the index then.
 POD_CANDIDATE = "simulated://?accuracy=0.9&accuracy.gamma=0.7&seed=11&latency_ms=60"
 POD_BASELINE = "simulated://?accuracy=0.8&seed=12&latency_ms=60"
 _KUBELET_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -355,6 +356,7 @@ def test_rendered_pod_command_survives_a_killed_index(tmp_path: Path, pods: list
     manifest = evalgate_load_manifest(str(suite))
     worker, aggregator = _render(manifest)
     assert f"--evalgate-shard=$(JOB_COMPLETION_INDEX)/{POD_SHARDS}" in worker["command"]
+    assert "--evalgate-aggregate" in aggregator["command"]
     store = tmp_path / "store"
     workers = Pod(worker, host, store)
     pods.append(workers)
