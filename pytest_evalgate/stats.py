@@ -15,12 +15,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
 
 from pytest_evalgate.errors import EvalgateConfigError
+
+
+def _sps() -> Any:
+    # scipy.stats costs 1.3-1.8 s to import here; xdist workers and shard pods load the policy
+    # but never evaluate it, so scipy is imported on first use only.
+    from scipy import stats
+
+    return stats
+
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -126,7 +135,7 @@ def evalgate_t_interval(mean: float, se: float, dof: int, confidence: float) -> 
     """Two-sided t interval ``mean -/+ t_{(1+c)/2, dof} * se``; NaNs when ``dof < 1``."""
     if dof < 1 or not math.isfinite(se):
         return math.nan, math.nan
-    half = float(sps.t.ppf((1.0 + confidence) / 2.0, dof)) * se
+    half = float(_sps().t.ppf((1.0 + confidence) / 2.0, dof)) * se
     return mean - half, mean + half
 
 
@@ -136,7 +145,7 @@ def evalgate_t_pvalue_drop(mean: float, se: float, dof: int) -> float:
         return math.nan
     if se == 0.0:
         return 0.0 if mean < 0 else 1.0
-    return float(sps.t.cdf(mean / se, dof))
+    return float(_sps().t.cdf(mean / se, dof))
 
 
 def evalgate_bootstrap_pvalue_drop(boot: FloatArray) -> float:
@@ -160,14 +169,14 @@ def evalgate_clopper_pearson_upper(k: int, n: int, confidence: float) -> float:
     """
     if n <= 0 or k >= n:
         return 1.0
-    return float(sps.beta.ppf(confidence, k + 1, n - k))
+    return float(_sps().beta.ppf(confidence, k + 1, n - k))
 
 
 def evalgate_clopper_pearson_lower(k: int, n: int, confidence: float) -> float:
     """Exact one-sided lower bound ``Beta.ppf(1 - confidence, k, n - k + 1)``; 0 when ``k == 0``."""
     if n <= 0 or k <= 0:
         return 0.0
-    return float(sps.beta.ppf(1.0 - confidence, k, n - k + 1))
+    return float(_sps().beta.ppf(1.0 - confidence, k, n - k + 1))
 
 
 def evalgate_adjust_pvalues(p: npt.ArrayLike, method: str) -> FloatArray:
@@ -185,7 +194,7 @@ def evalgate_adjust_pvalues(p: npt.ArrayLike, method: str) -> FloatArray:
         return np.minimum(1.0, values * values.size)
     if method == "holm":
         return _holm(values)
-    return np.asarray(sps.false_discovery_control(values, method="bh"), dtype=np.float64)
+    return np.asarray(_sps().false_discovery_control(values, method="bh"), dtype=np.float64)
 
 
 def _holm(values: FloatArray) -> FloatArray:
@@ -211,7 +220,7 @@ def evalgate_cases_needed(
     """
     if not (math.isfinite(variance_per_case) and math.isfinite(delta)) or delta == 0.0:
         return None
-    z_sum = float(sps.norm.ppf((1.0 + confidence) / 2.0) + sps.norm.ppf(power))
+    z_sum = float(_sps().norm.ppf((1.0 + confidence) / 2.0) + _sps().norm.ppf(power))
     return max(1, math.ceil(z_sum**2 * variance_per_case / delta**2))
 
 
@@ -271,7 +280,7 @@ def evalgate_bootstrap_percentiles(
     n = values.size
     k = _order_index(n, q) + 1
     positions = np.arange(1, n + 1)
-    cdf = sps.binom.sf(k - 1, n, positions / n)
+    cdf = _sps().binom.sf(k - 1, n, positions / n)
     draws = np.searchsorted(cdf, rng.random(resamples), side="left")
     return values[np.minimum(draws, n - 1)]
 
