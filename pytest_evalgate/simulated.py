@@ -1100,6 +1100,7 @@ def evalgate_spawn_simulator(
     argv += ["--url", evalgate_sim_config_url(config)]
     argv += ["--answers", os.fspath(answers_path)] if answers_path is not None else []
     argv += ["--request-log", os.fspath(request_log)] if request_log is not None else []
+    argv += ["--parent-pid", str(os.getpid())]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     try:
         return EvalgateSimProcess(process, _sim_wait_ready(process, startup_timeout_s))
@@ -1116,6 +1117,9 @@ def evalgate_sim_add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free)")
     parser.add_argument("--answers", default=None, help="answer key (JSON Lines)")
     parser.add_argument("--request-log", default=None, help="append one JSON line per request")
+    parser.add_argument(
+        "--parent-pid", type=int, default=None, help="stop when this process is gone (spawned use)"
+    )
     parser.add_argument("--url", default=None, help="knobs as simulated://?knob=value&...")
     for name in _sim_knob_types():
         flag = "--" + name.replace("_", "-")
@@ -1151,23 +1155,40 @@ def evalgate_sim_run(args: argparse.Namespace) -> int:
     except (EvalgateConfigError, OSError) as exc:
         print(f"evalgate serve: {exc}", file=sys.stderr)
         return 4
-    asyncio.run(_sim_main(config, key, args.request_log, args.port))
+    asyncio.run(_sim_main(config, key, args.request_log, args.port, args.parent_pid))
     return 0
 
 
 async def _sim_main(
-    config: EvalgateSimConfig, key: dict[str, tuple[str, str]], log_path: str | None, port: int
+    config: EvalgateSimConfig,
+    key: dict[str, tuple[str, str]],
+    log_path: str | None,
+    port: int,
+    parent_pid: int | None = None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = None if parent_pid is None else loop.create_task(_sim_watch_parent(parent_pid, stop))
     log = _sim_open_log(log_path)
     try:
         await _sim_serve(_SimApp(config, key, log), port, _sim_print_ready, stop)
     finally:
+        if watch is not None:
+            watch.cancel()
         if log is not None:
             log.close()
+
+
+async def _sim_watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    # A spawned simulator must not outlive a SIGKILLed harness: once the parent is gone the
+    # process is re-parented, and the simulator stops itself.
+    while not stop.is_set():
+        if os.getppid() != parent_pid:
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
 
 
 def _sim_print_ready(port: int) -> None:

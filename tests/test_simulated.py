@@ -622,3 +622,32 @@ def test_stop_ends_hung_requests_and_stats_show_them_in_flight(key: Path) -> Non
 
     outcomes = asyncio.run(hung_pair())
     assert all(isinstance(o, aiohttp.ClientError) for o in outcomes), outcomes
+
+
+def test_a_spawned_simulator_stops_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """The harness spawns simulators; a SIGKILLed harness must not leave them running."""
+    code = (
+        "import sys, time\n"
+        "from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_spawn_simulator\n"
+        "sim = evalgate_spawn_simulator(EvalgateSimConfig(), None)\n"
+        "print(sim.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    with parent.stdout:
+        child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
