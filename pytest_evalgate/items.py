@@ -84,14 +84,17 @@ class EvalgateItem(pytest.Item):
         self.suite_path = str(self.path)
         self.extra_keyword_matches.update({case.category, case.case_id})
         self.record: dict[str, Any] | None = None
+        self._key: EvalgateIdentityKey | None = None
 
     @property
     def evalgate_key(self) -> EvalgateIdentityKey:
-        """The identity key of this item."""
-        suite = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_suite(self.suite_path)
-        assert suite is not None
-        revision = suite.manifest.dataset_revision
-        return (revision, self.case.case_id, self.candidate, self.repetition)
+        """The identity key of this item (looked up once: it is read several times per item)."""
+        if self._key is None:
+            suite = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_suite(self.suite_path)
+            assert suite is not None
+            revision = suite.manifest.dataset_revision
+            self._key = (revision, self.case.case_id, self.candidate, self.repetition)
+        return self._key
 
     def evalgate_shard(self, count: int) -> int:
         """The shard of this item's case among ``count`` shards."""
