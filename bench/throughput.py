@@ -195,7 +195,18 @@ def one_round(folder: Path, server: EvalgateSimProcess, n: int, extra: list[str]
         rows[name]["server_ms"] = 1e3 * (cpu_seconds(server.pid) - before) / n
     for name, row in rows.items():
         show(name, row, rows["bare"] if name != "bare" else None)
+    targets(rows["evalgate"], rows["bare"])
     ROUNDS.append(rows)
+
+
+def targets(row: dict[str, float], bare: dict[str, float]) -> None:
+    """Issue 3's targets, met or not, for this round (printed, never asserted)."""
+    checks = [
+        ("request phase >= 80 % of bound", row["phase"] / BOUND >= 0.80),
+        ("request phase >= 90 % of bare", row["phase"] / bare["phase"] >= 0.90),
+        ("whole command >= 65 % of bound", row["whole"] / BOUND >= 0.65),
+    ]
+    print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
 
 
 ROUNDS: list[dict[str, dict[str, float]]] = []

@@ -162,6 +162,7 @@ class EvalgateRunner:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
+            env=_child_env(),
         )
         assert self._child.stdout is not None
         os.set_blocking(self._child.stdout.fileno(), False)
@@ -415,6 +416,14 @@ class _EvalgateCommitter(threading.Thread):
     def _raise(self) -> None:
         if self._error is not None:
             raise EvalgateError(f"evalgate commit failed: {self._error}") from self._error
+
+
+def _child_env() -> dict[str, str]:
+    # The child imports the very package this process runs, wherever it was imported from.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
 
 
 def _close_quietly(handle: IO[bytes] | None) -> None:

@@ -8,6 +8,7 @@ scipy, aiohttp and cryptography, so it is imported only when ``--evalgate`` is o
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import uuid
@@ -338,6 +339,11 @@ class EvalgatePlugin:
         self.runner = EvalgateRunner(mine, writer, limits, concurrency=share, log=_LOG.info)
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()
+        # Items, works and the manifest live until the process ends: frozen, the collections of
+        # the item loop, pytest's final one and the interpreter's at exit skip them (10,000
+        # items: ~0.5 s less per run). Not unfrozen at cleanup, which gave that time back; the
+        # price: an in-process nested session (pytester) keeps its cyclic garbage.
+        gc.freeze()
 
     def _progress_line(self) -> EvalgateProgressLine | None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
