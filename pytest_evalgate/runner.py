@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the child process needs neither pydantic nor yaml
 
 _SEND_EVERY = 16  # top the window up every 16 consumed items: one pipe write, not sixteen
 _POLL_S = 0.25  # how often a waiting item loop checks commits and the child's health
+_MIN_POLL_S = 0.01
 _ORPHANED_EXIT = 3  # the child's exit status when the pytest process went away
 _STDERR_TAIL = 2000
 
@@ -240,7 +241,8 @@ class EvalgateRunner:
         return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
 
     def _writer_timeout(self) -> float:
-        return min(_POLL_S, self._writer.max_age_s / 2)
+        # Never 0: a waiting item loop sleeps in select() instead of spinning.
+        return min(_POLL_S, max(_MIN_POLL_S, self._writer.max_age_s / 2))
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -623,9 +625,26 @@ class _EvalgateChild:
             self._out.write(b"".join(self._lines))
             self._lines.clear()
 
+    async def evalgate_die(self, exc: BaseException) -> None:
+        """Report ``exc`` after every result already finished, then exit with status 1.
+
+        A bug must not leave the item loop waiting for a record that will never come.
+        """
+        self._emit({"fail": f"{type(exc).__name__}: {exc}"})
+        self._flush()
+        transport = self._out.transport
+        for _ in range(500):  # at most 5 s for the parent to read what is buffered
+            if transport.is_closing() or not transport.get_write_buffer_size():
+                break
+            await asyncio.sleep(0.01)
+        os._exit(1)
+
     async def _worker(self, client: EvalgateClient) -> None:
-        while (work := await self._next()) is not None:
-            await self._execute(client, work)
+        try:
+            while (work := await self._next()) is not None:
+                await self._execute(client, work)
+        except Exception as exc:  # never raised for endpoint trouble: a bug, reported at once
+            await self.evalgate_die(exc)
 
     async def _next(self) -> _ChildWork | None:
         while True:
@@ -689,10 +708,8 @@ async def _evalgate_child_main() -> None:
     child = _EvalgateChild(writer)
     try:
         await child.evalgate_run(reader)
-    except BaseException as exc:
-        writer.write(json.dumps({"fail": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
-        await writer.drain()
-        raise
+    except Exception as exc:
+        await child.evalgate_die(exc)
 
 
 def evalgate_child_main() -> None:

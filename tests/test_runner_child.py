@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest import evalgate_load_manifest
 from pytest_evalgate.runner import (
     EvalgateLimits,
@@ -63,7 +64,7 @@ def write_suite(folder: Path, cases: int) -> Path:
 class Rig:
     """A suite, a simulator, works, and a runner over them."""
 
-    def __init__(self, folder: Path, cases: int, **knobs: Any) -> None:
+    def __init__(self, folder: Path, cases: int, api: str = "chat", **knobs: Any) -> None:
         self.folder = folder
         manifest = evalgate_load_manifest(str(write_suite(folder, cases)))
         key = folder / "answers.key"
@@ -71,7 +72,7 @@ class Rig:
         config = EvalgateSimConfig(accuracy=1.0, **knobs)
         self.log = folder / "requests.jsonl"
         self.server = EvalgateSimServer(config, answers=key, request_log=self.log).start()
-        endpoint = EvalgateEndpoint(self.server.base_url, "m", "chat", None, 10.0, 2, False)
+        endpoint = EvalgateEndpoint(self.server.base_url, "m", api, None, 10.0, 2, False)
         scorer = evalgate_make_scorer("exact", {}, {}, "evalgate.yaml")
         keys = {"cand": "cand-key"}
         run = EvalgateSuiteRun(manifest, scorer, 1.0, {"cand": endpoint}, {"cand": PREFIX}, keys)
@@ -193,6 +194,17 @@ def test_segments_are_committed_before_close_by_the_committer(make_rig: Any) -> 
     finally:
         runner.evalgate_close()
     assert rig.writer.committed == 12
+
+
+def test_a_failure_inside_the_child_reaches_the_item_loop(make_rig: Any) -> None:
+    rig = make_rig(5, api="bogus")  # the client refuses the endpoint: an error, not an answer
+    runner = rig.runner(concurrency=2, window=4)
+    runner.evalgate_start()
+    with pytest.raises(EvalgateError, match="api"):
+        runner.evalgate_wait(rig.works[0])
+    with pytest.raises(EvalgateError, match="api"):
+        runner.evalgate_close()
+    assert rig.requests() == 0
 
 
 def test_the_child_dies_with_a_killed_pytest_process(make_rig: Any, tmp_path: Path) -> None:
