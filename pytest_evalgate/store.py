@@ -82,6 +82,7 @@ class EvalgateLocalStore:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        _fault_pause()
         try:
             _publish(temp, target)
         finally:
@@ -110,6 +111,17 @@ class EvalgateLocalStore:
         except FileNotFoundError:
             return []
         return sorted(name for name in names if not name.startswith("."))
+
+
+EVALGATE_FAULT_COMMIT_PAUSE_ENV = "PYTEST_EVALGATE_FAULT_COMMIT_PAUSE_S"
+
+
+def _fault_pause() -> None:
+    # Fault injection for tests: hold a written, unpublished temp file for this many seconds,
+    # so a test can SIGKILL a writer in the middle of a commit (otherwise a ~0.3 ms window).
+    pause = os.environ.get(EVALGATE_FAULT_COMMIT_PAUSE_ENV)
+    if pause:
+        time.sleep(float(pause))
 
 
 def _publish(temp: str, target: str) -> None:

@@ -35,7 +35,7 @@ from pytest_evalgate.simulated import (
     EvalgateSimServer,
     evalgate_write_answer_key,
 )
-from pytest_evalgate.store import EvalgateLocalStore
+from pytest_evalgate.store import EVALGATE_FAULT_COMMIT_PAUSE_ENV, EvalgateLocalStore
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +44,7 @@ CONCURRENCY = 8
 # The segment writer commits when its oldest pending record is max_age_s (0.5 s) old, checked
 # every max_age_s / 2 (0.25 s) by the runner's commit loop, and after each finished record.
 COMMIT_WINDOW_S = 0.5 + 0.25
+PAUSE_S = 0.3  # fault-injected hold of a written temp file (third kill only)
 RUN_TIMEOUT_S = 60.0
 
 
@@ -81,12 +82,13 @@ class Rig:
             *extra,
         ]
 
-    def start(self, *extra: str) -> subprocess.Popen[bytes]:
+    def start(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             self.command(*extra),
             cwd=self.root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )
 
     def run(self, *extra: str) -> int:
@@ -164,16 +166,17 @@ class Kill:
     in_flight: int
     committed: set[str]
     requested: list[tuple[float, str]]
+    pause: float = 0.0  # the fault-injected commit pause of that run: it widens the tail
 
 
-def kill(rig: Rig, process: subprocess.Popen[bytes], victim: int) -> Kill:
+def kill(rig: Rig, process: subprocess.Popen[bytes], victim: int, pause: float = 0.0) -> Kill:
     in_flight = int(rig.server.stats()["in_flight"])
     at = time.time()
     os.kill(victim, signal.SIGKILL)
     if victim == process.pid:
         process.wait(RUN_TIMEOUT_S)
     time.sleep(0.3)  # requests already on the wire reach the log
-    return Kill(at, in_flight, set(rig.committed()), rig.requests())
+    return Kill(at, in_flight, set(rig.committed()), rig.requests(), pause)
 
 
 def check_resent_bound(rig: Rig, at_kill: Kill, rerun: list[str], workers: int = 1) -> None:
@@ -189,13 +192,14 @@ def check_resent_bound(rig: Rig, at_kill: Kill, rerun: list[str], workers: int =
         first.setdefault(identity, at)
     resent = set(rerun) & set(first)
     tail = len(resent) - at_kill.in_flight
-    bound = CONCURRENCY + workers * math.ceil(CONCURRENCY / LATENCY_S * COMMIT_WINDOW_S)
+    window = COMMIT_WINDOW_S + at_kill.pause
+    bound = CONCURRENCY + workers * math.ceil(CONCURRENCY / LATENCY_S * window)
     print(
         f"\nkill: committed={len(at_kill.committed)} requested={len(first)}"
         f" in_flight={at_kill.in_flight} resent={len(resent)} tail={tail} bound={bound}"
     )
     assert len(resent) <= bound
-    oldest = at_kill.time - (COMMIT_WINDOW_S + LATENCY_S + 1.0)
+    oldest = at_kill.time - (window + LATENCY_S + 1.0)
     assert all(first[identity] >= oldest for identity in resent)
 
 
@@ -230,11 +234,15 @@ def test_kill_early_mid_run_and_while_writing_then_resume(rig: Rig) -> None:
         lambda: sum(rig.committed().values()) >= total * 0.4,
         lambda: sum(rig.committed().values()) >= total * 0.6 and temp_file_present(rig.store),
     ]
+    # The third run holds each written temp file for PAUSE_S before publishing it (the store's
+    # fault-injection knob), so "while a segment is being written" is a moment a poll can see.
+    pauses = [0.0, 0.0, PAUSE_S]
     kills: list[Kill] = []
-    for moment in moments:
-        process = rig.start()
+    for moment, pause in zip(moments, pauses, strict=True):
+        env = {EVALGATE_FAULT_COMMIT_PAUSE_ENV: str(pause)} if pause else None
+        process = rig.start(env=env)
         assert wait_until(moment, process), "the run ended before the kill"
-        kills.append(kill(rig, process, process.pid))
+        kills.append(kill(rig, process, process.pid, pause))
     assert not kills[0].committed
     assert 0 < len(kills[1].committed) < len(kills[2].committed) < total
     assert rig.run() in (0, 1)
