@@ -23,7 +23,8 @@ AIMD: ``on_rate_limited`` halves the concurrency limit (floor 1) at most once pe
 ``on_success`` adds one slot after ``limit`` successes in a row without a decrease, up to
 ``max_concurrency``. Both log the change through ``log``.
 
-No threads: the limiter belongs to one running loop (the runner's background thread).
+No threads: the limiter belongs to one running loop (the runner's child process, or the load
+phase's loop).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ pytestmark = pytest.mark.slow
 LATENCY_S = 0.1
 CONCURRENCY = 8
 # The segment writer commits when its oldest pending record is max_age_s (0.5 s) old, checked
-# every max_age_s / 2 (0.25 s) by the runner's commit loop, and after each finished record.
+# every max_age_s / 2 (0.25 s) by the item loop while it waits, and after each finished record.
 COMMIT_WINDOW_S = 0.5 + 0.25
 PAUSE_S = 0.3  # fault-injected hold of a written temp file (third kill only)
 RUN_TIMEOUT_S = 60.0
