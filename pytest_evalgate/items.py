@@ -18,7 +18,6 @@ from typing import Any, Protocol
 import pytest
 
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
-from pytest_evalgate.shard import shard_for
 from pytest_evalgate.store import EvalgateIdentityKey
 
 
@@ -95,10 +94,6 @@ class EvalgateItem(pytest.Item):
             revision = suite.manifest.dataset_revision
             self._key = (revision, self.case.case_id, self.candidate, self.repetition)
         return self._key
-
-    def evalgate_shard(self, count: int) -> int:
-        """The shard of this item's case among ``count`` shards."""
-        return shard_for(self.case.case_id, count)
 
     def setup(self) -> None:
         """Wait for this identity's record; an endpoint error is this item's error."""

@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -492,14 +492,3 @@ def _identity_text(line: bytes) -> str:
 def _key_text(key: EvalgateIdentityKey) -> str:
     revision, case_id, candidate, repetition = key
     return f"{revision}/{candidate}/{case_id}[r{repetition}]"
-
-
-def evalgate_identity_text(key: EvalgateIdentityKey) -> str:
-    """Human-readable identity: ``revision/candidate/case[rN]``."""
-    return _key_text(key)
-
-
-def evalgate_iter_problems(views: Iterable[EvalgateStoreView]) -> Iterator[EvalgateStoreProblem]:
-    """Every problem of several views, in order."""
-    for view in views:
-        yield from view.problems
