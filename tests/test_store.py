@@ -174,6 +174,24 @@ def test_flipped_byte_fails_the_checksum(store: EvalgateLocalStore) -> None:
     assert (REVISION, "b", "candidate", 0) not in read(store).results
 
 
+def test_a_record_written_non_canonically_still_verifies(store: EvalgateLocalStore) -> None:
+    # The reader's fast path hashes the stored line itself; a line that is valid but not in
+    # canonical form (spaces, other key order) must still verify through the full path.
+    relpath = f"{PREFIX}/shard-0-of-1/seg-w-000001.jsonl"
+    sealed = record("a")
+    reordered = dict(reversed(list(sealed.items())))
+    store.evalgate_write_atomic(relpath, (json.dumps(reordered, indent=None) + "\n").encode())
+    view = read(store)
+    assert view.problems == [] and (REVISION, "a", "candidate", 0) in view.results
+
+
+def test_a_forged_checksum_member_does_not_pass(store: EvalgateLocalStore) -> None:
+    sealed = record("a")
+    forged = dict(sealed, output="43")  # content changed, old checksum kept
+    segment(store, "seg-w-000001", forged)
+    assert "checksum mismatch" in only_problem(store).reason
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
