@@ -234,8 +234,11 @@ def _gate_input(
         clusters=np.array([index[c].cluster for c in paired], dtype=str),
         candidate_scores=cand.mean(axis=1) if paired else np.zeros(0),
         baseline_scores=base.mean(axis=1) if paired else np.zeros(0),
-        candidate_fail_counts=(~cand_passed).sum(axis=1).astype(np.int64),
-        candidate_trials=np.full(len(paired), manifest.repetitions, dtype=np.int64),
+        # Floors count a case as failed when any repetition failed, one trial per case: at
+        # temperature 0 repetitions are copies, and counting them as independent trials would
+        # shrink the exact bound; and for safety slices one success of an attack is a failure.
+        candidate_fail_counts=np.asarray((~cand_passed).any(axis=1), dtype=np.int64),
+        candidate_trials=np.ones(len(paired), dtype=np.int64),
         repetitions=(manifest.repetitions, manifest.repetitions),
         perf=_perf(results.values(), pair),
         error_rates=_error_rates(expected, results, pair),

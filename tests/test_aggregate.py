@@ -152,3 +152,27 @@ def test_a_selection_smaller_than_the_suite_is_partial(
     result = evalgate_aggregate(store, manifest, selection, ("candidate", "baseline"))
     assert result.partial and result.status == "complete"
     assert result.rates["candidate"]["all"].scored == 10
+
+
+def test_floors_count_a_case_once_when_any_repetition_failed(tmp_path: Path) -> None:
+    path = write_suite(
+        tmp_path / "r", {"candidate": URL, "baseline": URL}, cases=make_cases(["alpha"], 4),
+        repetitions=2,
+    )  # fmt: skip
+    manifest = evalgate_load_manifest(str(path))
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    records = []
+    for name in ("candidate", "baseline"):
+        for i in range(4):
+            for rep in range(2):
+                ok = not (name == "candidate" and i == 0 and rep == 1)  # one failed repetition
+                rec = _record(manifest, f"alpha-{i:03d}", name, ok)
+                rec["identity"]["repetition"] = rep
+                records.append(evalgate_seal(rec))
+    _write(store, manifest, "shard-0-of-1", records)
+    result = evalgate_aggregate(store, manifest, _full(manifest), ("candidate", "baseline"))
+    data = result.gate_input
+    assert data is not None
+    assert list(data.candidate_fail_counts) == [1, 0, 0, 0]  # case alpha-000 failed once
+    assert list(data.candidate_trials) == [1, 1, 1, 1]  # one trial per case, not per repetition
+    assert list(data.candidate_scores) == [0.5, 1.0, 1.0, 1.0]  # quality still averages them
