@@ -19,6 +19,7 @@ import pytest
 
 from pytest_evalgate.aggregate import EvalgateSelection
 from pytest_evalgate.budget import evalgate_share
+from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
 from pytest_evalgate.endpoints import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
@@ -321,9 +322,13 @@ class EvalgatePlugin:
             terminalreporter.write_line(line)
 
     def _start(self, items: list[EvalgateItem]) -> None:
-        self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
         runs = self._suite_runs(items)
         works = self._works(items, runs)
+        if not works:
+            return  # every identity is committed: no endpoint is started, nothing is requested
+        self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
+        for run in runs.values():
+            run.endpoints.update(self._endpoints(run.manifest))
         mine = self._prefetch(works)
         writer = EvalgateSegmentWriter(self.backend, self._shard_dir())
         budget = next(iter(runs.values())).manifest.budget
@@ -363,7 +368,6 @@ class EvalgatePlugin:
             self._say(line)
 
     def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
-        assert self.pool is not None
         runs: dict[str, EvalgateSuiteRun] = {}
         for path in sorted({item.suite_path for item in items}):
             suite = self.suites[path]
@@ -371,12 +375,17 @@ class EvalgatePlugin:
             runs[path] = self._suite_run(suite)
         return runs
 
-    def _suite_run(self, suite: EvalgateSuite) -> EvalgateSuiteRun:
+    def _endpoints(self, manifest: EvalgateManifest) -> dict[str, EvalgateEndpoint]:
         assert self.pool is not None
-        manifest = suite.manifest
         replica = self._part_index()
+        return {
+            c.name: self.pool.evalgate_endpoint(manifest, c, replica)
+            for c in manifest.candidates.values()
+        }
+
+    def _suite_run(self, suite: EvalgateSuite) -> EvalgateSuiteRun:
+        manifest = suite.manifest
         candidates = manifest.candidates.values()
-        endpoints = {c.name: self.pool.evalgate_endpoint(manifest, c, replica) for c in candidates}
         keys = {c.name: c.key for c in candidates}
         prefixes = {
             name: self._generation(
@@ -388,7 +397,7 @@ class EvalgatePlugin:
             self._load_stored(
                 manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
             )
-        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, endpoints, prefixes, keys)
+        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
 
     def _generation(self, candidate_prefix: str) -> str:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
