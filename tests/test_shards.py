@@ -109,7 +109,8 @@ def _requested(root: Path, names: Sequence[str]) -> Counter[str]:
     return sent
 
 
-def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester) -> None:
+def _write_four_shard_suite(pytester: pytest.Pytester) -> list[dict[str, Any]]:
+    """The suite both the invariance and the early-aggregation tests use; returns its cases."""
     cases = make_cases(CATEGORIES, 10)
     write_suite(
         pytester.path / "suite",
@@ -119,6 +120,11 @@ def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester
         shards=4,
         policy=POLICY,
     )
+    return cases
+
+
+def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester) -> None:
+    cases = _write_four_shard_suite(pytester)
     root = pytester.path
     # Every configuration at once, each with its own store; the 4 shards share one store, as
     # the pods of an Indexed Job do.
@@ -165,15 +171,7 @@ def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester
 def test_aggregate_before_every_shard_is_done_is_incomplete(pytester: pytest.Pytester) -> None:
     """A store holding one shard whose cases miss some categories: the aggregation Job says
     ``incomplete`` (exit 1), not a usage error about the policy's slices (exit 4)."""
-    cases = make_cases(CATEGORIES, 10)
-    write_suite(
-        pytester.path / "suite",
-        {"candidate": CANDIDATE, "baseline": BASELINE},
-        cases=cases,
-        repetitions=REPETITIONS,
-        shards=4,
-        policy=POLICY,
-    )
+    cases = _write_four_shard_suite(pytester)
     held = {i: {c["category"] for c in cases if shard_for(str(c["id"]), 4) == i} for i in range(4)}
     index = min(held, key=lambda i: len(held[i]))
     assert held[index] < set(CATEGORIES)  # the suite must give a shard without some category
