@@ -11,9 +11,8 @@ limiter on a monotonic clock) and None in between, so a hook that fires per item
 clock read most of the time. The output-token rate is measured over the interval since the
 previous line (what the endpoint does now), falling back to the average since the start.
 
-The counters are written by the runner thread and read here without a lock: each is a plain
-int (a torn read is impossible under the GIL) and the error counter is copied in one C-level
-``dict()`` call, so a line is at worst one update stale, never inconsistent in type.
+The counters are updated by the item loop as the runner's results arrive and read here, in the
+same thread, so a line is at most one update stale.
 
 Pure of pytest. ``evalgate_progress_wanted`` says when to show the line: on a terminal, not
 under ``-q``, and not in an xdist worker (which has no terminal of its own).
