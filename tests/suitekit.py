@@ -10,6 +10,9 @@ from typing import Any
 
 import yaml
 
+from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.simulated import evalgate_write_answer_key
+
 DEFAULT_POLICY: dict[str, Any] = {
     "version": "test-gate-v1",
     "confidence": 0.95,
@@ -48,10 +51,14 @@ def write_suite(
     budget: Mapping[str, Any] | None = None,
     policy: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    suite: str = "test-suite",
+    revision: str = "test-v1",
+    models: Mapping[str, str] | None = None,
 ) -> Path:
     """Write evalgate.yaml (pinned), cases.jsonl and gate.yaml; returns the manifest path.
 
-    ``candidates`` maps a name to its base URL (``simulated://?...`` or ``http://...``).
+    ``candidates`` maps a name to its base URL (``simulated://?...`` or ``http://...``);
+    ``models`` its model id (default ``model-<name>``); ``extra`` overrides top-level keys.
     """
     folder.mkdir(parents=True, exist_ok=True)
     rows = list(cases if cases is not None else make_cases(["alpha", "beta"], 6))
@@ -59,10 +66,10 @@ def write_suite(
     (folder / "cases.jsonl").write_bytes(data)
     manifest: dict[str, Any] = {
         "evalgate": 1,
-        "suite": "test-suite",
+        "suite": suite,
         "dataset": {
             "path": "cases.jsonl",
-            "revision": "test-v1",
+            "revision": revision,
             "sha256": hashlib.sha256(data).hexdigest(),
         },
         "prompt": {"revision": "p1", "template": "{input}"},
@@ -72,7 +79,7 @@ def write_suite(
         "generation": {"temperature": 0.0, "max_tokens": 16, "seed": 7},
         "candidates": {
             name: {
-                "model": f"model-{name}",
+                "model": (models or {}).get(name, f"model-{name}"),
                 "base_url": url,
                 "pins": {"weights_digest": "sha256:" + "ab" * 32},
             }
@@ -87,3 +94,12 @@ def write_suite(
         yaml.safe_dump(dict(policy or DEFAULT_POLICY), sort_keys=False)
     )
     return path
+
+
+def write_answer_key(manifest_path: Path, key_path: Path) -> Path:
+    """The simulator's answer key for a suite (what ``simulated://`` URLs get automatically),
+    for tests that start a standalone simulator; returns ``key_path``."""
+    manifest = evalgate_load_manifest(str(manifest_path))
+    rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
+    evalgate_write_answer_key(key_path, rows)
+    return key_path

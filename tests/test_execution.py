@@ -8,7 +8,6 @@ request log with ``x-evalgate-identity`` / ``x-evalgate-attempt``) and what the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -16,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import suitekit
+import yaml
 
-from pytest_evalgate.manifest import evalgate_load_manifest
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     EvalgateSimServer,
-    evalgate_write_answer_key,
 )
 
 CANDIDATES = ("candidate", "baseline")
@@ -38,32 +37,18 @@ def write_suite(folder: Path, cases: int, base_url: str, budget: dict[str, Any])
         {"id": f"c{i:04d}", "input": f"question {i}?", "target": f"answer {i}", "category": "k"}
         for i in range(cases)
     ]
-    data = "".join(json.dumps(row) + "\n" for row in rows).encode()
-    (folder / "cases.jsonl").write_bytes(data)
-    models = {name: {"model": f"m-{name}", "base_url": base_url} for name in CANDIDATES}
-    manifest = {
-        "evalgate": 1,
-        "suite": "exec",
-        "dataset": {
-            "path": "cases.jsonl",
-            "revision": "exec-v1",
-            "sha256": hashlib.sha256(data).hexdigest(),
-        },
-        "prompt": {"revision": "p1", "template": "{input}"},
-        "evaluator": {"revision": "r1", "scorer": "exact"},
-        "stream": False,
-        "generation": {"temperature": 0.0, "max_tokens": 16},
-        "candidates": models,
-        "budget": budget,
-    }
-    (folder / "evalgate.yaml").write_text(json.dumps(manifest), encoding="utf-8")  # JSON is YAML
-    (folder / "gate.yaml").write_text(GATE, encoding="utf-8")
-    loaded = evalgate_load_manifest(str(folder / "evalgate.yaml"))
-    key = folder / "answers.key"
-    evalgate_write_answer_key(
-        key, ((c.evalgate_prompt_json(), c.target, "k") for c in loaded.cases)
+    path = suitekit.write_suite(
+        folder,
+        {name: base_url for name in CANDIDATES},
+        cases=rows,
+        budget=budget,
+        policy=yaml.safe_load(GATE),
+        extra={"stream": False, "generation": {"temperature": 0.0, "max_tokens": 16}},
+        suite="exec",
+        revision="exec-v1",
+        models={name: f"m-{name}" for name in CANDIDATES},
     )
-    return key
+    return suitekit.write_answer_key(path, folder / "answers.key")
 
 
 class Scenario:

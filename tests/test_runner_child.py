@@ -6,7 +6,6 @@ Real loopback simulator (``EvalgateSimServer``), real child process; no pytest r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import suitekit
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
@@ -31,7 +31,6 @@ from pytest_evalgate.runner import (
 )
 from pytest_evalgate.scoring import evalgate_make_scorer
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
-from pytest_evalgate.simulated import evalgate_write_answer_key as write_key
 from pytest_evalgate.store import EvalgateLocalStore, EvalgateSegmentWriter, evalgate_seal
 
 PREFIX = "suite/digest/cand-key/gen-1"
@@ -43,22 +42,15 @@ def write_suite(folder: Path, cases: int) -> Path:
         {"id": f"c{i:03d}", "input": f"q {i}?", "target": f"a {i}", "category": "k"}
         for i in range(cases)
     ]
-    data = "".join(json.dumps(row) + "\n" for row in rows).encode()
-    (folder / "cases.jsonl").write_bytes(data)
-    manifest = {
-        "evalgate": 1,
-        "suite": "runner",
-        "dataset": {"path": "cases.jsonl", "revision": "v1",
-                    "sha256": hashlib.sha256(data).hexdigest()},
-        "prompt": {"revision": "p1", "template": "{input}"},
-        "evaluator": {"revision": "r1", "scorer": "exact"},
-        "stream": False,
-        "generation": {"temperature": 0.0, "max_tokens": 8},
-        "candidates": {"cand": {"model": "m", "base_url": "http://127.0.0.1:1/v1"}},
-    }  # fmt: skip
-    path = folder / "evalgate.yaml"
-    path.write_text(json.dumps(manifest), encoding="utf-8")
-    return path
+    return suitekit.write_suite(
+        folder,
+        {"cand": "http://127.0.0.1:1/v1"},
+        cases=rows,
+        extra={"stream": False, "generation": {"temperature": 0.0, "max_tokens": 8}},
+        suite="runner",
+        revision="v1",
+        models={"cand": "m"},
+    )
 
 
 class Rig:
@@ -66,9 +58,9 @@ class Rig:
 
     def __init__(self, folder: Path, cases: int, api: str = "chat", **knobs: Any) -> None:
         self.folder = folder
-        manifest = evalgate_load_manifest(str(write_suite(folder, cases)))
-        key = folder / "answers.key"
-        write_key(key, ((c.evalgate_prompt_json(), c.target, "k") for c in manifest.cases))
+        path = write_suite(folder, cases)
+        manifest = evalgate_load_manifest(str(path))
+        key = suitekit.write_answer_key(path, folder / "answers.key")
         config = EvalgateSimConfig(accuracy=1.0, **knobs)
         self.log = folder / "requests.jsonl"
         self.server = EvalgateSimServer(config, answers=key, request_log=self.log).start()
