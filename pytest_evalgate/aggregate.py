@@ -32,8 +32,6 @@ from pytest_evalgate.store import (
     evalgate_read_candidate,
 )
 
-EVALGATE_PERF_METRICS = ("ttft", "tpot", "itl", "e2e", "output_tokens")
-
 
 @dataclass(frozen=True)
 class EvalgateSelection:

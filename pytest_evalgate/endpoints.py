@@ -10,13 +10,16 @@ the manifest names; keys never enter files.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest import EvalgateCandidate, EvalgateManifest
+from pytest_evalgate.manifest import (
+    EvalgateCandidate,
+    EvalgateManifest,
+    evalgate_base_url_override,
+)
 from pytest_evalgate.simulated import (
     evalgate_parse_simulated_url,
     evalgate_spawn_simulator,
@@ -39,7 +42,7 @@ class EvalgateEndpointPool:
     ) -> EvalgateEndpoint:
         """The endpoint of ``candidate`` for replica index ``replica``."""
         url = (
-            os.environ.get(evalgate_base_url_env(candidate.name))
+            evalgate_base_url_override(candidate.name)
             or candidate.base_urls[replica % len(candidate.base_urls)]
         )
         if url.startswith(EVALGATE_SIMULATED_SCHEME):
@@ -80,14 +83,6 @@ class EvalgateEndpointPool:
         rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
         evalgate_write_answer_key(path, rows)
         return path
-
-
-def evalgate_base_url_env(name: str) -> str:
-    """``PYTEST_EVALGATE_BASE_URL_<NAME>``: overrides a candidate's base URL (a pod's sidecar).
-
-    Transport only: the definition digest and candidate key do not change.
-    """
-    return "PYTEST_EVALGATE_BASE_URL_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
 def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:

@@ -32,13 +32,9 @@ import yaml
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
-EVALGATE_PERF_METRICS = tuple(
-    f"{base}_{q}"
-    for base in ("ttft", "tpot", "itl", "e2e", "output_tokens")
-    for q in ("p50", "p95")
-)
 EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
 _THRESHOLD_KEYS = {
     "non_inferior": "margin",
@@ -141,7 +137,7 @@ class _Floor(pydantic.BaseModel):
 class _PerfRatio(pydantic.BaseModel):
     model_config = _Strict
     rule: Literal["perf_ratio"]
-    metric: Literal[EVALGATE_PERF_METRICS]  # type: ignore[valid-type]
+    metric: Literal[EVALGATE_PERF_RULE_METRICS]  # type: ignore[valid-type]
     max_ratio: Annotated[float, pydantic.Field(gt=0.0)]
 
 

@@ -18,9 +18,11 @@ def pytest_evalgate_scorers(config: pytest.Config) -> dict[str, Callable[[str, s
     """
 
 
-@pytest.hookspec(firstresult=True)
+@pytest.hookspec
 def pytest_evalgate_decision(config: pytest.Config, decision: dict[str, Any]) -> None:
     """Called at the controller with the decision record (builtins) after the gate decided.
 
-    For dashboards and notifications; the record must not be modified.
+    A notification for dashboards and alerts: every implementation is called (the return value
+    is ignored, so one implementation cannot hide the decision from the others); the record
+    must not be modified.
     """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +27,33 @@ from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
+EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
+
+
+def evalgate_base_url_env(name: str) -> str:
+    """``PYTEST_EVALGATE_BASE_URL_<NAME>``: the env var that overrides a candidate's base URL
+    (a pod's serving sidecar sets it to localhost).
+
+    Transport only: the definition digest and candidate key do not change.
+    """
+    return EVALGATE_BASE_URL_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def evalgate_base_url_override(name: str) -> str | None:
+    """The base URL that the environment sets for candidate ``name``, if any (empty: none)."""
+    return os.environ.get(evalgate_base_url_env(name)) or None
+
+
+def evalgate_render_template(template: str, text: str) -> str:
+    """The one prompt renderer: ``template`` with ``{input}`` replaced by ``text``.
+
+    ``str.format`` rules, for eval items and the load phase alike: ``{{`` and ``}}`` are literal
+    braces. Raises ``KeyError``/``IndexError``/``ValueError`` for a template that does not render
+    (the manifest loader refuses such a template with its file and key).
+    """
+    return template.format(input=text)
+
+
 EVALGATE_SCHEMA_VERSION = 1
 
 
@@ -374,7 +402,7 @@ def _render_prompt(
 
 def _render_template(source: str, where: str, text: str, model: _Manifest) -> str:
     try:
-        return model.prompt.template.format(input=text)
+        return evalgate_render_template(model.prompt.template, text)
     except (KeyError, IndexError, ValueError) as exc:
         raise EvalgateConfigError(
             source, f"{where}: prompt.template", f"cannot render: {exc}"

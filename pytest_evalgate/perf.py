@@ -52,11 +52,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pytest_evalgate.aggregate import EVALGATE_PERF_METRICS, EvalgateGateInput
+from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.manifest import EvalgateManifest, evalgate_render_template
+from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.stats import evalgate_percentile
 from pytest_evalgate.store import EvalgateStoreBackend
 
@@ -185,12 +186,16 @@ def _prompt(manifest: EvalgateManifest, path: str, number: int, row: Any) -> dic
         return {"messages": row["messages"]}
     if not isinstance(row["input"], str):
         raise EvalgateConfigError(path, f"{where}: input", "must be a string")
-    return _render_input(manifest, row["input"])
+    return _render_input(manifest, path, where, row["input"])
 
 
-def _render_input(manifest: EvalgateManifest, text: str) -> dict[str, Any]:
+def _render_input(manifest: EvalgateManifest, path: str, where: str, text: str) -> dict[str, Any]:
     prompt = manifest.definition["prompt"]
-    rendered = str(prompt.get("template") or "{input}").replace("{input}", text)
+    try:
+        rendered = evalgate_render_template(str(prompt.get("template") or "{input}"), text)
+    except (KeyError, IndexError, ValueError) as exc:
+        reason = f"prompt.template cannot render: {exc}"
+        raise EvalgateConfigError(path, where, reason) from None
     if manifest.api == "completions":
         return {"prompt": rendered}
     system = prompt.get("system")
@@ -273,7 +278,7 @@ async def _shoot(
 class EvalgatePerfResult:
     """What the load phase measured (seconds and tokens; see the module docstring).
 
-    ``samples`` maps each of ``aggregate.EVALGATE_PERF_METRICS`` to (candidate, baseline) arrays
+    ``samples`` maps each of ``metrics.EVALGATE_PERF_METRICS`` to (candidate, baseline) arrays
     over the measured window's successful requests; ``from_schedule`` the same for ``ttft`` and
     ``e2e`` counted from the scheduled time. Per-side mappings are keyed by candidate name.
     """

@@ -20,7 +20,12 @@ import pytest
 from pytest_evalgate.aggregate import EvalgateSelection
 from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
+from pytest_evalgate.decide import (
+    evalgate_decide,
+    evalgate_load_suite_policy,
+    evalgate_pair,
+    evalgate_policy_path,
+)
 from pytest_evalgate.endpoints import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.items import (
@@ -46,11 +51,12 @@ from pytest_evalgate.runner import (
 from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import (
-    EvalgateShardSpec,
+    EvalgateTopology,
     evalgate_manifest_plan,
     evalgate_parse_shard,
     evalgate_shard_of,
     evalgate_sub_shard,
+    evalgate_worker_position,
 )
 from pytest_evalgate.store import (
     EvalgateExpectation,
@@ -60,6 +66,7 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
+from pytest_evalgate.usage import evalgate_usage_errors
 
 _LOG = logging.getLogger("pytest_evalgate")
 
@@ -80,7 +87,7 @@ class EvalgateSuite:
         self.threshold = evalgate_threshold(options, path)
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
-        found = policy_path or os.path.join(self.manifest.suite_dir, "gate.yaml")
+        found = evalgate_policy_path(self.manifest, policy_path)
         needed = gates or policy_path is not None or os.path.exists(found)
         self.policy = evalgate_load_suite_policy(self.manifest, policy_path) if needed else None
 
@@ -92,7 +99,8 @@ class EvalgatePlugin:
         self.config = config
         self.suites: dict[str, EvalgateSuite | None] = {}
         self.config_errors: list[EvalgateConfigError] = []
-        self.shard = self._shard_spec()
+        self.writer_run = uuid.uuid4().hex
+        self.topology = self._topology()
         self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
         self.backend = EvalgateLocalStore(self.store_root)
         self.candidates = set(config.getoption("evalgate_candidate"))
@@ -100,7 +108,6 @@ class EvalgatePlugin:
         self.runner: EvalgateRunner | None = None
         self.pool: EvalgateEndpointPool | None = None
         self.stored: dict[Any, dict[str, Any]] = {}
-        self.writer_run = uuid.uuid4().hex
         self.works: dict[Any, EvalgateWork] = {}
         self.selection: dict[str, dict[str, list[str]]] = {}
         self.crashed: list[str] = []
@@ -110,14 +117,17 @@ class EvalgatePlugin:
         self.plans: dict[tuple[str, int], dict[str, int] | None] = {}
         self.progress_line: EvalgateProgressLine | None = None
 
-    def _shard_spec(self) -> EvalgateShardSpec | None:
+    def _topology(self) -> EvalgateTopology:
         text = self.config.getoption("evalgate_shard")
-        if text is None:
-            return None
-        try:
-            return evalgate_parse_shard(text)
-        except EvalgateConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        with evalgate_usage_errors():
+            shard = None if text is None else evalgate_parse_shard(text)
+        workerinput = getattr(self.config, "workerinput", None)
+        index, count = evalgate_worker_position(workerinput)
+        # Every process of one run must name the same generation: pods share the env var,
+        # xdist workers the controller's testrunuid.
+        default = str(workerinput["testrunuid"]) if workerinput else self.writer_run
+        run_id = os.environ.get("PYTEST_EVALGATE_RUN_ID", default)
+        return EvalgateTopology(shard, index, count, run_id)
 
     # -- collection -------------------------------------------------------------------------
 
@@ -146,7 +156,7 @@ class EvalgatePlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
         if self.config_errors:
             raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
-        if self.shard is None or self.shard.count == 1:
+        if not self.topology.sharded:
             return
         keep: list[Any] = []
         drop: list[Any] = []
@@ -158,8 +168,8 @@ class EvalgatePlugin:
             items[:] = keep
 
     def _in_shard(self, item: EvalgateItem) -> bool:
-        assert self.shard is not None
-        return self._shard_of(item, self.shard.count) == self.shard.index
+        topology = self.topology
+        return self._shard_of(item, topology.shard_count) == topology.shard_index
 
     def _shard_of(self, item: EvalgateItem, count: int) -> int:
         """The item's shard among ``count``: the manifest's shard plan if it names one."""
@@ -167,10 +177,8 @@ class EvalgatePlugin:
         if key not in self.plans:
             suite = self.suites[item.suite_path]
             assert suite is not None
-            try:
+            with evalgate_usage_errors():
                 self.plans[key] = evalgate_manifest_plan(suite.manifest, count)
-            except EvalgateConfigError as exc:
-                raise pytest.UsageError(str(exc)) from None
         return evalgate_shard_of(item.case.case_id, count, self.plans[key])
 
     # -- running ----------------------------------------------------------------------------
@@ -191,14 +199,13 @@ class EvalgatePlugin:
             self.config.workeroutput["evalgate"] = {"selection": self.selection}  # type: ignore[attr-defined]
         elif self._gates():
             self._gate(session)
-        elif self.shard is not None and self.shard.index == 0:
+        elif self.topology.shard is not None and self.topology.shard_index == 0:
             self._shard_zero_perf()
         session.testsfailed = self.tally.evalgate_failed_count(self.gate_exit, self._gates())
         return result
 
     def _gates(self) -> bool:
-        sharded = self.shard is not None and self.shard.count > 1
-        return self.aggregate_only or not sharded
+        return self.aggregate_only or not self.topology.sharded
 
     def _remember_selection(self, items: list[EvalgateItem]) -> None:
         for item in items:
@@ -223,7 +230,7 @@ class EvalgatePlugin:
         from xdist.workermanage import parse_tx_spec_config
 
         numnodes = len(parse_tx_spec_config(config))
-        return EvalgateScheduling(numnodes, self.shard.count if self.shard else 1, log)
+        return EvalgateScheduling(numnodes, self.topology.shard_count, log)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.tally.evalgate_count(report)
@@ -244,9 +251,9 @@ class EvalgatePlugin:
         assert suite is not None
         entry = self.selection[path]
         selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
-        try:
-            policy = suite.policy
-            assert policy is not None  # loaded at collection whenever the session gates
+        policy = suite.policy
+        assert policy is not None  # loaded at collection whenever the session gates
+        with evalgate_usage_errors():
             full = selection.evalgate_is_full(suite.manifest)
             perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
             outcome = evalgate_decide(
@@ -258,8 +265,6 @@ class EvalgatePlugin:
                 sign_key=self.config.getoption("evalgate_sign_key"),
                 perf=perf,
             )
-        except EvalgateConfigError as exc:
-            raise pytest.UsageError(str(exc)) from None
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
         self.summary += [f"wrote {path}" for path in outcome.written]
@@ -297,13 +302,10 @@ class EvalgatePlugin:
         for path in sorted(self.selection):
             suite = self.suites[path]
             assert suite is not None
-            try:
-                if suite.policy is None:
-                    continue
-                policy = suite.policy
-                self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), True)
-            except EvalgateConfigError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            if suite.policy is None:
+                continue
+            with evalgate_usage_errors():
+                self._perf(suite.manifest, evalgate_pair(suite.manifest, suite.policy), True)
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -330,10 +332,10 @@ class EvalgatePlugin:
         for run in runs.values():
             run.endpoints.update(self._endpoints(run.manifest))
         mine = self._prefetch(works)
-        writer = EvalgateSegmentWriter(self.backend, self._shard_dir())
+        writer = EvalgateSegmentWriter(self.backend, self.topology.shard_dir)
         budget = next(iter(runs.values())).manifest.budget
-        parts = self._parts()
-        index = self._part_index()
+        parts = self.topology.parts
+        index = self.topology.part_index
         share = int(evalgate_share(budget["max_concurrency"], parts, index, integer=True))
         limits = EvalgateLimits(
             share,
@@ -377,7 +379,7 @@ class EvalgatePlugin:
 
     def _endpoints(self, manifest: EvalgateManifest) -> dict[str, EvalgateEndpoint]:
         assert self.pool is not None
-        replica = self._part_index()
+        replica = self.topology.part_index
         return {
             c.name: self.pool.evalgate_endpoint(manifest, c, replica)
             for c in manifest.candidates.values()
@@ -403,15 +405,8 @@ class EvalgatePlugin:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
         fresh = bool(self.config.getoption("evalgate_fresh"))
         return evalgate_use_generation(
-            self.backend, candidate_prefix, self._run_id() if fresh else None
+            self.backend, candidate_prefix, self.topology.run_id if fresh else None
         )
-
-    def _run_id(self) -> str:
-        # Every process of one run must name the same generation: pods share the env var,
-        # xdist workers the controller's testrunuid.
-        workerinput = getattr(self.config, "workerinput", None)
-        default = str(workerinput["testrunuid"]) if workerinput else self.writer_run
-        return os.environ.get("PYTEST_EVALGATE_RUN_ID", default)
 
     def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
         view = evalgate_read_generation(
@@ -434,35 +429,11 @@ class EvalgatePlugin:
         return works
 
     def _prefetch(self, works: list[EvalgateWork]) -> list[EvalgateWork]:
-        count = self._worker_count()
-        if count <= 1:
+        topology = self.topology
+        if topology.worker_count <= 1:
             return works
-        shards = self.shard.count if self.shard else 1
-        index = self._worker_index()
+        shards, count, index = topology.shard_count, topology.worker_count, topology.worker_index
         return [w for w in works if evalgate_sub_shard(w.case.case_id, shards, count) == index]
-
-    def _worker_count(self) -> int:
-        workerinput = getattr(self.config, "workerinput", None)
-        return int(workerinput["workercount"]) if workerinput else 1
-
-    def _worker_index(self) -> int:
-        workerinput = getattr(self.config, "workerinput", None)
-        if not workerinput:
-            return 0
-        # A worker that replaces a crashed one gets a new id (gw2 of 2): wrap it, as the
-        # scheduler does, so its budget share and prefetch stay in range.
-        return int(str(workerinput["workerid"]).removeprefix("gw")) % self._worker_count()
-
-    def _parts(self) -> int:
-        return (self.shard.count if self.shard else 1) * self._worker_count()
-
-    def _part_index(self) -> int:
-        shard_index = self.shard.index if self.shard else 0
-        return shard_index * self._worker_count() + self._worker_index()
-
-    def _shard_dir(self) -> str:
-        spec = self.shard or EvalgateShardSpec(0, 1)
-        return f"shard-{spec.index}-of-{spec.count}"
 
     def _stop(self) -> None:
         try:

@@ -47,6 +47,64 @@ class EvalgateShardSpec:
     count: int
 
 
+@dataclass(frozen=True)
+class EvalgateTopology:
+    """Where this process stands in the run, built once at configure time.
+
+    ``shard`` is ``--evalgate-shard`` (``None`` when not given); ``worker_index`` of
+    ``worker_count`` is this process among the xdist workers of its shard (0 of 1 without
+    xdist); ``run_id`` names the run that a ``--evalgate-fresh`` generation belongs to (every
+    process of one run names the same one).
+    """
+
+    shard: EvalgateShardSpec | None = None
+    worker_index: int = 0
+    worker_count: int = 1
+    run_id: str = ""
+
+    @property
+    def shard_index(self) -> int:
+        """This process's shard index (0 when not sharded)."""
+        return self.shard.index if self.shard else 0
+
+    @property
+    def shard_count(self) -> int:
+        """The number of shards (1 when not sharded)."""
+        return self.shard.count if self.shard else 1
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the run is split over more than one shard."""
+        return self.shard_count > 1
+
+    @property
+    def parts(self) -> int:
+        """How many processes share the run-wide budget: shards x xdist workers."""
+        return self.shard_count * self.worker_count
+
+    @property
+    def part_index(self) -> int:
+        """This process's index among ``parts`` (also its endpoint replica)."""
+        return self.shard_index * self.worker_count + self.worker_index
+
+    @property
+    def shard_dir(self) -> str:
+        """The store folder of this process's shard: ``shard-<i>-of-<N>``."""
+        return f"shard-{self.shard_index}-of-{self.shard_count}"
+
+
+def evalgate_worker_position(workerinput: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(worker index, worker count) from xdist's ``workerinput`` (``(0, 1)`` without xdist).
+
+    A worker that replaces a crashed one gets a new id (``gw2`` of 2): it wraps, as the
+    scheduler does, so its budget share and prefetch stay in range.
+    """
+    if not workerinput:
+        return 0, 1
+    count = int(workerinput["workercount"])
+    return int(str(workerinput["workerid"]).removeprefix("gw")) % count, count
+
+
 def evalgate_parse_shard(text: str, source: str = "--evalgate-shard") -> EvalgateShardSpec:
     """Parse ``I/N`` or ``auto/N`` (``auto`` reads ``JOB_COMPLETION_INDEX``)."""
     head, sep, tail = text.partition("/")

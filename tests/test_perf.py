@@ -29,11 +29,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate import EVALGATE_PERF_METRICS, EvalgateGateInput
+from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.gate import EvalgatePolicy, EvalgateRule, evalgate_evaluate
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf import (
     EvalgatePerfResult,
     evalgate_merge_perf,

@@ -249,3 +249,24 @@ def test_policy_slice_that_names_no_category_is_a_usage_error(pytester: pytest.P
     result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider")
     assert result.ret == 4
     assert "rules[0].slice: no category 'biling' in the suite" in result.stderr.str()
+
+
+def test_every_decision_hook_implementation_is_notified(pytester: pytest.Pytester) -> None:
+    # A notification, not firstresult: a first implementation returning a value must not stop
+    # the others from seeing the decision.
+    _suite(pytester, GOOD, GOOD)
+    pytester.makeconftest(
+        "import json, pathlib\n"
+        "class Second:\n"
+        "    def pytest_evalgate_decision(self, config, decision):\n"
+        "        pathlib.Path('second.json').write_text(json.dumps(decision['verdict']))\n"
+        "def pytest_configure(config):\n"
+        "    config.pluginmanager.register(Second(), 'second')\n"
+        "def pytest_evalgate_decision(config, decision):\n"
+        "    pathlib.Path('first.json').write_text(json.dumps(decision['verdict']))\n"
+        "    return 'handled'\n"
+    )
+    result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    assert json.loads((pytester.path / "first.json").read_text()) == "pass"
+    assert json.loads((pytester.path / "second.json").read_text()) == "pass"
