@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, TextIO
@@ -96,6 +96,11 @@ def _sim_knob_types() -> dict[str, str]:
     return {
         f.name: str(f.type) for f in fields(EvalgateSimConfig) if f.name != "accuracy_by_category"
     }
+
+
+def evalgate_sim_knob_names() -> tuple[str, ...]:
+    """The scalar knob names (``accuracy.<category>`` aside), in field order: ``--<knob>`` flags."""
+    return tuple(_sim_knob_types())
 
 
 def _sim_parse_bool(text: str) -> bool:
@@ -1096,11 +1101,14 @@ def evalgate_spawn_simulator(
 
     Raises ``EvalgateConfigError`` (after killing it) if it does not become ready in time.
     """
-    argv = [sys.executable, "-m", "pytest_evalgate.simulated", "--port", str(port)]
-    argv += ["--url", evalgate_sim_config_url(config)]
-    argv += ["--answers", os.fspath(answers_path)] if answers_path is not None else []
-    argv += ["--request-log", os.fspath(request_log)] if request_log is not None else []
-    argv += ["--parent-pid", str(os.getpid())]
+    spec = {
+        "url": evalgate_sim_config_url(config),
+        "answers": None if answers_path is None else os.fspath(answers_path),
+        "request_log": None if request_log is None else os.fspath(request_log),
+        "port": port,
+        "parent_pid": os.getpid(),
+    }
+    argv = [sys.executable, "-m", "pytest_evalgate.simulated", json.dumps(spec)]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     try:
         return EvalgateSimProcess(process, _sim_wait_ready(process, startup_timeout_s))
@@ -1109,7 +1117,7 @@ def evalgate_spawn_simulator(
         raise
 
 
-# --------------------------------------------------------------------------- command line
+# --------------------------------------------------------------------------- serving
 
 
 def evalgate_sim_add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -1155,8 +1163,28 @@ def evalgate_sim_run(args: argparse.Namespace) -> int:
     except (EvalgateConfigError, OSError) as exc:
         print(f"evalgate serve: {exc}", file=sys.stderr)
         return 4
-    asyncio.run(_sim_main(config, key, args.request_log, args.port, args.parent_pid))
+    ready = _sim_print_ready
+    asyncio.run(_sim_main(config, key, args.request_log, args.port, ready, args.parent_pid))
     return 0
+
+
+def evalgate_sim_serve(
+    config: EvalgateSimConfig,
+    answers: str | None,
+    request_log: str | None,
+    port: int,
+    parent_pid: int | None,
+    on_ready: Callable[[str], None],
+) -> None:
+    """Serve on 127.0.0.1:``port`` (0: any free) until SIGTERM/SIGINT, or until ``parent_pid``
+    is no longer this process's parent; ``on_ready(base_url)`` once listening. A bad answer key
+    raises ``EvalgateConfigError`` (an unreadable one ``OSError``) before anything listens."""
+    key = _sim_load_key(answers)
+
+    def ready(bound: int) -> None:
+        on_ready(f"http://127.0.0.1:{bound}/v1")
+
+    asyncio.run(_sim_main(config, key, request_log, port, ready, parent_pid))
 
 
 async def _sim_main(
@@ -1164,6 +1192,7 @@ async def _sim_main(
     key: dict[str, tuple[str, str]],
     log_path: str | None,
     port: int,
+    ready: Callable[[int], None],
     parent_pid: int | None = None,
 ) -> None:
     stop = asyncio.Event()
@@ -1173,7 +1202,7 @@ async def _sim_main(
     watch = None if parent_pid is None else loop.create_task(_sim_watch_parent(parent_pid, stop))
     log = _sim_open_log(log_path)
     try:
-        await _sim_serve(_SimApp(config, key, log), port, _sim_print_ready, stop)
+        await _sim_serve(_SimApp(config, key, log), port, ready, stop)
     finally:
         if watch is not None:
             watch.cancel()
@@ -1195,12 +1224,19 @@ def _sim_print_ready(port: int) -> None:
     print(f"{EVALGATE_SIM_READY} http://127.0.0.1:{port}/v1", flush=True)
 
 
-def evalgate_sim_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pytest_evalgate.simulated``: the same as ``evalgate serve``."""
-    parser = argparse.ArgumentParser(prog="python -m pytest_evalgate.simulated")
-    evalgate_sim_add_arguments(parser)
-    return evalgate_sim_run(parser.parse_args(argv))
+def _sim_write_ready(base_url: str) -> None:
+    sys.stdout.write(f"{EVALGATE_SIM_READY} {base_url}\n")
+    sys.stdout.flush()
+
+
+def _sim_child(spec_json: str) -> None:
+    """``python -m pytest_evalgate.simulated SPEC``: what ``evalgate_spawn_simulator`` starts
+    (SPEC is its JSON); the ready line on stdout tells the parent the port."""
+    spec = json.loads(spec_json)
+    config = evalgate_parse_simulated_url(spec["url"])
+    answers, log = spec["answers"], spec["request_log"]
+    evalgate_sim_serve(config, answers, log, spec["port"], spec["parent_pid"], _sim_write_ready)
 
 
 if __name__ == "__main__":
-    sys.exit(evalgate_sim_main())
+    _sim_child(sys.argv[1])
