@@ -26,7 +26,6 @@ Contracts
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
@@ -1120,54 +1119,6 @@ def evalgate_spawn_simulator(
 # --------------------------------------------------------------------------- serving
 
 
-def evalgate_sim_add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``evalgate serve`` (and ``python -m pytest_evalgate.simulated``)."""
-    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free)")
-    parser.add_argument("--answers", default=None, help="answer key (JSON Lines)")
-    parser.add_argument("--request-log", default=None, help="append one JSON line per request")
-    parser.add_argument(
-        "--parent-pid", type=int, default=None, help="stop when this process is gone (spawned use)"
-    )
-    parser.add_argument("--url", default=None, help="knobs as simulated://?knob=value&...")
-    for name in _sim_knob_types():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(
-            flag, dest=f"knob_{name}", default=None, metavar="X", help=f"the {name} knob"
-        )
-    parser.add_argument(
-        "--knob", action="append", default=[], metavar="K=V", help="any knob, e.g. accuracy.x=0.5"
-    )
-
-
-def _sim_knobs_from_args(args: argparse.Namespace) -> EvalgateSimConfig:
-    merged: dict[str, str] = {}
-    if args.url:
-        evalgate_parse_simulated_url(args.url)  # report URL errors against the URL first
-        merged.update(parse_qsl(urlsplit(args.url).query, keep_blank_values=True))
-    for name in _sim_knob_types():  # options override the URL's knobs
-        if getattr(args, f"knob_{name}") is not None:
-            merged[name] = getattr(args, f"knob_{name}")
-    for item in args.knob:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise EvalgateConfigError("evalgate serve", item, "expected --knob NAME=VALUE")
-        merged[name] = value
-    return evalgate_sim_config_from_knobs(merged.items(), source="evalgate serve")
-
-
-def evalgate_sim_run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 4 on a configuration error."""
-    try:
-        config = _sim_knobs_from_args(args)
-        key = _sim_load_key(args.answers)
-    except (EvalgateConfigError, OSError) as exc:
-        print(f"evalgate serve: {exc}", file=sys.stderr)
-        return 4
-    ready = _sim_print_ready
-    asyncio.run(_sim_main(config, key, args.request_log, args.port, ready, args.parent_pid))
-    return 0
-
-
 def evalgate_sim_serve(
     config: EvalgateSimConfig,
     answers: str | None,
@@ -1218,10 +1169,6 @@ async def _sim_watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
             stop.set()
             return
         await asyncio.sleep(0.5)
-
-
-def _sim_print_ready(port: int) -> None:
-    print(f"{EVALGATE_SIM_READY} http://127.0.0.1:{port}/v1", flush=True)
 
 
 def _sim_write_ready(base_url: str) -> None:
