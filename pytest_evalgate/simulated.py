@@ -26,7 +26,6 @@ Contracts
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import hashlib
@@ -40,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from types import TracebackType
 from typing import Any, TextIO
@@ -96,6 +95,11 @@ def _sim_knob_types() -> dict[str, str]:
     return {
         f.name: str(f.type) for f in fields(EvalgateSimConfig) if f.name != "accuracy_by_category"
     }
+
+
+def evalgate_sim_knob_names() -> tuple[str, ...]:
+    """The scalar knob names (``accuracy.<category>`` aside), in field order: ``--<knob>`` flags."""
+    return tuple(_sim_knob_types())
 
 
 def _sim_parse_bool(text: str) -> bool:
@@ -1096,11 +1100,14 @@ def evalgate_spawn_simulator(
 
     Raises ``EvalgateConfigError`` (after killing it) if it does not become ready in time.
     """
-    argv = [sys.executable, "-m", "pytest_evalgate.simulated", "--port", str(port)]
-    argv += ["--url", evalgate_sim_config_url(config)]
-    argv += ["--answers", os.fspath(answers_path)] if answers_path is not None else []
-    argv += ["--request-log", os.fspath(request_log)] if request_log is not None else []
-    argv += ["--parent-pid", str(os.getpid())]
+    spec = {
+        "url": evalgate_sim_config_url(config),
+        "answers": None if answers_path is None else os.fspath(answers_path),
+        "request_log": None if request_log is None else os.fspath(request_log),
+        "port": port,
+        "parent_pid": os.getpid(),
+    }
+    argv = [sys.executable, "-m", "pytest_evalgate.simulated", json.dumps(spec)]
     process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     try:
         return EvalgateSimProcess(process, _sim_wait_ready(process, startup_timeout_s))
@@ -1109,54 +1116,26 @@ def evalgate_spawn_simulator(
         raise
 
 
-# --------------------------------------------------------------------------- command line
+# --------------------------------------------------------------------------- serving
 
 
-def evalgate_sim_add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``evalgate serve`` (and ``python -m pytest_evalgate.simulated``)."""
-    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free)")
-    parser.add_argument("--answers", default=None, help="answer key (JSON Lines)")
-    parser.add_argument("--request-log", default=None, help="append one JSON line per request")
-    parser.add_argument(
-        "--parent-pid", type=int, default=None, help="stop when this process is gone (spawned use)"
-    )
-    parser.add_argument("--url", default=None, help="knobs as simulated://?knob=value&...")
-    for name in _sim_knob_types():
-        flag = "--" + name.replace("_", "-")
-        parser.add_argument(
-            flag, dest=f"knob_{name}", default=None, metavar="X", help=f"the {name} knob"
-        )
-    parser.add_argument(
-        "--knob", action="append", default=[], metavar="K=V", help="any knob, e.g. accuracy.x=0.5"
-    )
+def evalgate_sim_serve(
+    config: EvalgateSimConfig,
+    answers: str | None,
+    request_log: str | None,
+    port: int,
+    parent_pid: int | None,
+    on_ready: Callable[[str], None],
+) -> None:
+    """Serve on 127.0.0.1:``port`` (0: any free) until SIGTERM/SIGINT, or until ``parent_pid``
+    is no longer this process's parent; ``on_ready(base_url)`` once listening. A bad answer key
+    raises ``EvalgateConfigError`` (an unreadable one ``OSError``) before anything listens."""
+    key = _sim_load_key(answers)
 
+    def ready(bound: int) -> None:
+        on_ready(f"http://127.0.0.1:{bound}/v1")
 
-def _sim_knobs_from_args(args: argparse.Namespace) -> EvalgateSimConfig:
-    merged: dict[str, str] = {}
-    if args.url:
-        evalgate_parse_simulated_url(args.url)  # report URL errors against the URL first
-        merged.update(parse_qsl(urlsplit(args.url).query, keep_blank_values=True))
-    for name in _sim_knob_types():  # options override the URL's knobs
-        if getattr(args, f"knob_{name}") is not None:
-            merged[name] = getattr(args, f"knob_{name}")
-    for item in args.knob:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise EvalgateConfigError("evalgate serve", item, "expected --knob NAME=VALUE")
-        merged[name] = value
-    return evalgate_sim_config_from_knobs(merged.items(), source="evalgate serve")
-
-
-def evalgate_sim_run(args: argparse.Namespace) -> int:
-    """Serve until SIGTERM/SIGINT; 0 on a clean stop, 4 on a configuration error."""
-    try:
-        config = _sim_knobs_from_args(args)
-        key = _sim_load_key(args.answers)
-    except (EvalgateConfigError, OSError) as exc:
-        print(f"evalgate serve: {exc}", file=sys.stderr)
-        return 4
-    asyncio.run(_sim_main(config, key, args.request_log, args.port, args.parent_pid))
-    return 0
+    asyncio.run(_sim_main(config, key, request_log, port, ready, parent_pid))
 
 
 async def _sim_main(
@@ -1164,6 +1143,7 @@ async def _sim_main(
     key: dict[str, tuple[str, str]],
     log_path: str | None,
     port: int,
+    ready: Callable[[int], None],
     parent_pid: int | None = None,
 ) -> None:
     stop = asyncio.Event()
@@ -1173,7 +1153,7 @@ async def _sim_main(
     watch = None if parent_pid is None else loop.create_task(_sim_watch_parent(parent_pid, stop))
     log = _sim_open_log(log_path)
     try:
-        await _sim_serve(_SimApp(config, key, log), port, _sim_print_ready, stop)
+        await _sim_serve(_SimApp(config, key, log), port, ready, stop)
     finally:
         if watch is not None:
             watch.cancel()
@@ -1191,16 +1171,19 @@ async def _sim_watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(0.5)
 
 
-def _sim_print_ready(port: int) -> None:
-    print(f"{EVALGATE_SIM_READY} http://127.0.0.1:{port}/v1", flush=True)
+def _sim_write_ready(base_url: str) -> None:
+    sys.stdout.write(f"{EVALGATE_SIM_READY} {base_url}\n")
+    sys.stdout.flush()
 
 
-def evalgate_sim_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pytest_evalgate.simulated``: the same as ``evalgate serve``."""
-    parser = argparse.ArgumentParser(prog="python -m pytest_evalgate.simulated")
-    evalgate_sim_add_arguments(parser)
-    return evalgate_sim_run(parser.parse_args(argv))
+def _sim_child(spec_json: str) -> None:
+    """``python -m pytest_evalgate.simulated SPEC``: what ``evalgate_spawn_simulator`` starts
+    (SPEC is its JSON); the ready line on stdout tells the parent the port."""
+    spec = json.loads(spec_json)
+    config = evalgate_parse_simulated_url(spec["url"])
+    answers, log = spec["answers"], spec["request_log"]
+    evalgate_sim_serve(config, answers, log, spec["port"], spec["parent_pid"], _sim_write_ready)
 
 
 if __name__ == "__main__":
-    sys.exit(evalgate_sim_main())
+    _sim_child(sys.argv[1])
