@@ -139,15 +139,66 @@ def _k8s_run(args: argparse.Namespace) -> int:
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from pytest_evalgate.simulated import evalgate_sim_add_arguments
+    from pytest_evalgate.simulated import evalgate_sim_knob_names
 
-    evalgate_sim_add_arguments(parser)
+    parser.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--answers", default=None, help="answer key (JSON Lines)")
+    parser.add_argument("--request-log", default=None, help="append one JSON line per request")
+    parser.add_argument(
+        "--parent-pid", type=int, default=None, help="stop when this process is gone (spawned use)"
+    )
+    parser.add_argument("--url", default=None, help="knobs as simulated://?knob=value&...")
+    for name in evalgate_sim_knob_names():
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(
+            flag, dest=f"knob_{name}", default=None, metavar="X", help=f"the {name} knob"
+        )
+    parser.add_argument(
+        "--knob", action="append", default=[], metavar="K=V", help="any knob, e.g. accuracy.x=0.5"
+    )
+
+
+def _serve_knobs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The URL's knobs, overridden by ``--<knob>`` options, overridden by ``--knob K=V``."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from pytest_evalgate.errors import EvalgateConfigError
+    from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_sim_knob_names
+
+    merged: dict[str, str] = {}
+    if args.url:
+        evalgate_parse_simulated_url(args.url)  # report URL errors against the URL first
+        merged.update(parse_qsl(urlsplit(args.url).query, keep_blank_values=True))
+    for name in evalgate_sim_knob_names():
+        if getattr(args, f"knob_{name}") is not None:
+            merged[name] = getattr(args, f"knob_{name}")
+    for item in args.knob:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise EvalgateConfigError("evalgate serve", item, "expected --knob NAME=VALUE")
+        merged[name] = value
+    return list(merged.items())
+
+
+def _serve_ready(base_url: str) -> None:
+    from pytest_evalgate.simulated import EVALGATE_SIM_READY
+
+    print(f"{EVALGATE_SIM_READY} {base_url}", flush=True)
 
 
 def _serve_run(args: argparse.Namespace) -> int:
-    from pytest_evalgate.simulated import evalgate_sim_run
+    from pytest_evalgate.errors import EvalgateConfigError
+    from pytest_evalgate.simulated import evalgate_sim_config_from_knobs, evalgate_sim_serve
 
-    return evalgate_sim_run(args)
+    try:
+        config = evalgate_sim_config_from_knobs(_serve_knobs(args), "evalgate serve")
+        evalgate_sim_serve(
+            config, args.answers, args.request_log, args.port, args.parent_pid, _serve_ready
+        )
+    except EvalgateConfigError as exc:
+        print(f"evalgate serve: {exc}", file=sys.stderr)
+        return 4
+    return 0
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
