@@ -276,4 +276,4 @@ def _unusable(parts: EvalgateJudgeRequestParts, draw: float) -> str:
     top = (parts.scale or (0, 1))[1]
     verdict: dict[str, Any] = {"winner": "C"} if parts.mode == "pairwise" else {"score": top + 10}
     text = json.dumps({**verdict, "reason": f"{EVALGATE_SIM_JUDGE_SAYS}: unusable."})
-    return text if draw < 2.0 / 3.0 else text[: len(text) // 2]
+    return text if draw < 2.0 / 3.0 else text[: -len('."}')]  # cut inside the reason

@@ -29,7 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
@@ -51,9 +59,9 @@ class EvalgateJudgeScaleConfig(_Strict):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    min: int
-    max: int
-    pass_: float = Field(alias="pass")
+    min: int = Field(strict=True)
+    max: int = Field(strict=True)
+    pass_: float = Field(alias="pass", strict=True)
 
     @model_validator(mode="after")
     def _ordered(self) -> EvalgateJudgeScaleConfig:
@@ -97,15 +105,19 @@ class EvalgateJudgedEvaluatorConfig(_Strict):
 
     mode: EvalgateJudgeMode = "pointwise"
     rubric: str = Field(min_length=1)
-    scale: EvalgateJudgeScaleConfig | None = None
+    scale: EvalgateJudgeScaleConfig | None = Field(default=None, validate_default=True)
 
-    @model_validator(mode="after")
-    def _scale_fits_mode(self) -> EvalgateJudgedEvaluatorConfig:
-        if self.mode == "pointwise" and self.scale is None:
+    @field_validator("scale")
+    @classmethod
+    def _scale_fits_mode(
+        cls, scale: EvalgateJudgeScaleConfig | None, info: ValidationInfo
+    ) -> EvalgateJudgeScaleConfig | None:
+        mode = info.data.get("mode")
+        if mode == "pointwise" and scale is None:
             raise ValueError("pointwise judging needs a scale: {min, max, pass}")
-        if self.mode == "pairwise" and self.scale is not None:
+        if mode == "pairwise" and scale is not None:
             raise ValueError("pairwise judging has no scale (its verdict is A, B or tie)")
-        return self
+        return scale
 
 
 @dataclass(frozen=True)
