@@ -4,10 +4,12 @@
 
     EvalgateError                      base; never raised itself
     ├── EvalgateConfigError            a manifest, policy, option or plan is wrong (exit 4)
-    │   └── EvalgatePolicyError        gate.yaml is wrong
+    │   ├── EvalgatePolicyError        gate.yaml is wrong
+    │   └── EvalgateSandboxUnavailableError  no sandbox works here (says how to get one)
     ├── EvalgateEndpointError          an endpoint call ended in error after its retries
     ├── EvalgateStoreError             the result store cannot be read or written
     │   └── EvalgateIntegrityError     a stored record is malformed, conflicting or foreign
+    ├── EvalgateSandboxError           an execution's sandbox could not be set up (category sandbox)
     ├── EvalgateSignatureError         a signed decision record does not verify
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
@@ -36,6 +38,10 @@ class EvalgatePolicyError(EvalgateConfigError):
     """The gate policy file is invalid."""
 
 
+class EvalgateSandboxUnavailableError(EvalgateConfigError):
+    """No requested isolation works on this machine; ``reason`` says how to get a sandbox."""
+
+
 class EvalgateEndpointError(EvalgateError):
     """An endpoint call failed for good; ``category`` is one of SPEC section 5's categories."""
 
@@ -52,6 +58,21 @@ class EvalgateStoreError(EvalgateError):
 
 class EvalgateIntegrityError(EvalgateStoreError):
     """Stored records are malformed, conflicting or from another definition."""
+
+
+class EvalgateSandboxError(EvalgateError):
+    """A sandbox for one code execution could not be set up or did not start.
+
+    Never a wrong answer: the identity has no result (``category`` is ``"sandbox"``, as in a
+    record's ``error``) and is retried by the next run. What the answer's code did is an outcome
+    (``passed``, ``tests_failed``, ``timeout``, ``memory``, ``crashed``), not this error.
+    """
+
+    category = "sandbox"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(f"sandbox: {message}")
 
 
 class EvalgateSignatureError(EvalgateError):

@@ -1,0 +1,91 @@
+"""Kill a sandbox's whole process tree and wait until it is gone.
+
+The tree is found from ``/proc`` (parent links), since this kernel may lack
+``/proc/PID/task/TID/children``. Killing the first process inside the sandbox's PID namespace
+(its process 1) makes the kernel kill everything else in that namespace, including processes
+forked after the scan, so a tree killed here cannot leave a survivor behind, however fast the
+code forks. Under ``isolation: none`` there is no such namespace: the process group is killed
+too, and a process that left the group (``setsid``) is beyond reach, which is why ``none`` is
+never called a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+_PROC = Path("/proc")
+_POLL_S = 0.01
+
+
+def evalgate_descendants(pid: int) -> list[int]:
+    """Live descendants of ``pid``, parents before their children."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents():
+        children.setdefault(parent, []).append(child)
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in children.get(p, [])]
+        found += frontier
+    return found
+
+
+def _parents() -> list[tuple[int, int]]:
+    pairs = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            parent = _parent_of(entry)
+            if parent is not None:
+                pairs.append((int(entry.name), parent))
+    return pairs
+
+
+def _parent_of(entry: Path) -> int | None:
+    try:
+        stat = (entry / "stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def evalgate_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def evalgate_kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid``'s descendants, then ``pid``; returns the pids signalled."""
+    doomed = [*evalgate_descendants(pid), pid]
+    for target in doomed:
+        _kill(target)
+    return doomed
+
+
+def evalgate_kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid`` (gone already is fine)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+async def evalgate_wait_gone(pids: list[int], timeout_s: float) -> bool:
+    """Wait until none of ``pids`` is alive; False if some still are after ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while any(evalgate_alive(pid) for pid in pids):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(_POLL_S)
+    return True
