@@ -7,8 +7,11 @@ RLIMIT_NPROC binds: a root-mapped user namespace would be exempt from it)::
     unshare --user --map-user=U --map-group=U --net --
     bwrap --unshare-all --share-net --unshare-user --disable-userns --die-with-parent
           --new-session --cap-drop ALL --uid U --gid U --hostname evalgate-sandbox --clearenv
-          --ro-bind /usr /usr ... --proc /proc --dev /dev --size N --tmpfs /work
+          --info-fd I --ro-bind /usr /usr ... --proc /proc --dev /dev --size N --tmpfs /work
           --remount-ro / -- PYTHON -I -B -c DRIVER FD
+
+bwrap's outer process may exit before the sandbox's process 1 has finished tearing the PID
+namespace down; ``--info-fd`` tells the harness that process's pid, so it waits for it too.
 
 ``unshare --net`` makes the network namespace before bwrap runs, and ``--share-net`` keeps it:
 bwrap's own ``--unshare-net`` would bring the loopback up, and no interface may be up. The
@@ -50,6 +53,8 @@ _UNSHARE_FLAGS = (
 
 # Runs as root inside the new namespaces; $1 root mount point, $2 uid, $3 work size in KiB,
 # then "bind SRC", "link TARGET PATH" and "mask PATH" words, "--", and the driver's command.
+# The last shell stays as process 1 (not exec'd: "; exit $?"), and "env -i" keeps it from
+# handing the driver its PWD.
 _SETUP = r"""
 set -eu
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -79,7 +84,7 @@ mount -o remount,ro,nosuid,nodev "$root"
 cd /
 exec chroot "$root" /usr/bin/env -i /usr/bin/setpriv --reuid="$uid" --regid="$uid" \
     --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs --pdeathsig=KILL \
-    -- /bin/sh -c '"$@"; exit $?' evalgate-init "$@"
+    -- /bin/sh -c '/usr/bin/env -i "$@"; exit $?' evalgate-init "$@"
 """
 
 
@@ -88,7 +93,8 @@ class EvalgatePlan:
     """Everything one sandbox's command line depends on.
 
     ``host_dir``: for unshare, the empty host folder the sandbox root is mounted on; for none,
-    the host work folder; for bwrap, ``None`` (bwrap needs no host folder).
+    the host work folder; for bwrap, ``None`` (bwrap needs no host folder). ``info_fd``: the
+    write end of bwrap's ``--info-fd`` pipe (bwrap only).
     """
 
     isolation: str
@@ -97,6 +103,12 @@ class EvalgatePlan:
     work_mb: int
     report_fd: int
     host_dir: str | None
+    info_fd: int | None = None
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors the sandbox's first process inherits besides 0, 1 and 2."""
+        return (self.report_fd,) if self.info_fd is None else (self.report_fd, self.info_fd)
 
     @property
     def workdir(self) -> str:
@@ -144,6 +156,8 @@ def _bwrap(plan: EvalgatePlan, tools: EvalgateTools) -> list[str]:
     uid = str(plan.uid)
     netns = [tools.unshare, "--user", f"--map-user={uid}", f"--map-group={uid}", "--net", "--"]
     ids = ["--uid", uid, "--gid", uid]
+    if plan.info_fd is not None:
+        ids += ["--info-fd", str(plan.info_fd)]
     return [
         *_drop_privileges(plan, tools), *netns, tools.bwrap, *_BWRAP_FLAGS, *ids,
         *_bwrap_view(plan), "--", *_driver(plan),

@@ -44,6 +44,7 @@ from pytest_evalgate.sandbox.pipes import EvalgatePipeReader
 from pytest_evalgate.sandbox.reaper import (
     evalgate_kill_group,
     evalgate_kill_tree,
+    evalgate_wait_exit,
     evalgate_wait_gone,
 )
 from pytest_evalgate.sandbox.spec import EvalgateSandboxSpec
@@ -64,9 +65,21 @@ class _Pipes:
     report: EvalgatePipeReader
     stdout: EvalgatePipeReader
     stderr: EvalgatePipeReader
+    info: EvalgatePipeReader | None
 
     def all(self) -> tuple[EvalgatePipeReader, ...]:
-        return (self.report, self.stdout, self.stderr)
+        readers = (self.report, self.stdout, self.stderr)
+        return readers if self.info is None else (*readers, self.info)
+
+    def sandbox_init(self) -> int | None:
+        """The host pid of the sandbox's process 1, from bwrap's ``--info-fd`` JSON."""
+        if self.info is None:
+            return None
+        try:
+            pid = json.loads(self.info.data).get("child-pid")
+        except (ValueError, AttributeError):
+            return None
+        return pid if isinstance(pid, int) else None
 
 
 @dataclass
@@ -135,18 +148,21 @@ async def _execute(
 async def _spawn(
     layout: EvalgateLayout, host_dir: str | None, spec: EvalgateSandboxSpec, clock: _Clock
 ) -> tuple[EvalgatePlan, _Pipes, asyncio.subprocess.Process]:
-    """Start the sandbox with its report, stdout and stderr pipes read on the loop.
+    """Start the sandbox with its report, stdout, stderr (and bwrap info) pipes read on the
+    loop.
 
     The write ends are closed here once the child holds them, so each pipe ends when the
     last sandbox process holding it is gone."""
-    ends = [os.pipe() for _ in range(3)]
+    ends = [os.pipe() for _ in range(4 if spec.isolation == "bwrap" else 3)]
+    info_fd = ends[3][1] if len(ends) == 4 else None
     plan = EvalgatePlan(spec.isolation, _uid(spec.isolation), layout, spec.work_mb,
-                        ends[0][1], host_dir)  # fmt: skip
+                        ends[0][1], host_dir, info_fd)  # fmt: skip
     loop = asyncio.get_running_loop()
     pipes = _Pipes(
         report=EvalgatePipeReader(ends[0][0], _REPORT_BYTES, lambda: _started(clock, loop)),
         stdout=EvalgatePipeReader(ends[1][0], _OUTPUT_BYTES),
         stderr=EvalgatePipeReader(ends[2][0], _OUTPUT_BYTES),
+        info=EvalgatePipeReader(ends[3][0], _REPORT_BYTES) if info_fd is not None else None,
     )
     try:
         process = await _create(plan, ends[1][1], ends[2][1])
@@ -169,7 +185,7 @@ async def _create(plan: EvalgatePlan, out_w: int, err_w: int) -> asyncio.subproc
     try:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=out_w, stderr=err_w,
-            pass_fds=(plan.report_fd,), env={}, cwd=plan.host_dir or "/",
+            pass_fds=plan.pass_fds, env={}, cwd=plan.host_dir or "/",
             start_new_session=True,
         )  # fmt: skip
     except OSError as error:
@@ -214,6 +230,9 @@ async def _teardown(process: asyncio.subprocess.Process, plan: EvalgatePlan, pip
     await process.wait()
     for reader in pipes.all():
         await reader.wait(_TEARDOWN_S)
+    init = pipes.sandbox_init()
+    if init is not None:
+        await evalgate_wait_exit(init, _TEARDOWN_S)
 
 
 def _result(

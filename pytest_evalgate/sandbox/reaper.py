@@ -80,6 +80,43 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+async def evalgate_wait_exit(pid: int, timeout_s: float) -> bool:
+    """Wait until process ``pid`` (not necessarily a child) has exited; False on timeout.
+
+    Uses a pidfd, readable once the process ended: for a PID namespace's process 1 that is
+    after every other process of the namespace is gone. Call it while the pid cannot have been
+    reused yet (pids are handed out in sequence, so within moments of the parent's exit).
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except OSError:  # no pidfd support: fall back to polling
+        return await evalgate_wait_gone([pid], timeout_s)
+    try:
+        return await _readable(pidfd, timeout_s)
+    finally:
+        os.close(pidfd)
+
+
+async def _readable(fd: int, timeout_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _settle, ready)
+    try:
+        await asyncio.wait_for(ready, timeout_s)
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+    return True
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 async def evalgate_wait_gone(pids: list[int], timeout_s: float) -> bool:
     """Wait until none of ``pids`` is alive; False if some still are after ``timeout_s``."""
     loop = asyncio.get_running_loop()
