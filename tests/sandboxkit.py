@@ -24,8 +24,7 @@ from pytest_evalgate.sandbox import (
     evalgate_sandbox_run,
 )
 from pytest_evalgate.sandbox.execute import EVALGATE_SANDBOX_UID_BASE
-from pytest_evalgate.sandbox.isolation import evalgate_missing_requirements
-from pytest_evalgate.sandbox.tools import evalgate_find_tools
+from pytest_evalgate.sandbox.tools import evalgate_find_tools, evalgate_missing_requirements
 
 ISOLATIONS = ("bwrap", "unshare")
 REPO = Path(__file__).resolve().parent.parent

@@ -184,6 +184,14 @@ def test_a_sandbox_that_cannot_start_is_a_sandbox_error(spec: EvalgateSandboxSpe
     assert any_sandbox_pids() == []
 
 
+def test_a_sandbox_program_that_went_missing_is_a_sandbox_error(
+    spec: EvalgateSandboxSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EvalgateSandboxError, match=f"isolation {spec.isolation}: .*not found"):
+        asyncio.run(evalgate_sandbox_run(ADD, "", spec))
+
+
 def test_an_unprepared_spec_is_refused() -> None:
     with pytest.raises(EvalgateConfigError, match="evalgate_sandbox_prepare"):
         asyncio.run(evalgate_sandbox_run(ADD, "", EvalgateSandboxSpec()))

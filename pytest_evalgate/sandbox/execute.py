@@ -48,7 +48,7 @@ from pytest_evalgate.sandbox.reaper import (
     evalgate_wait_gone,
 )
 from pytest_evalgate.sandbox.spec import EvalgateSandboxSpec
-from pytest_evalgate.sandbox.tools import evalgate_find_tools
+from pytest_evalgate.sandbox.tools import evalgate_find_tools, evalgate_missing_requirements
 
 EVALGATE_SANDBOX_UID_BASE = 2_000_000_000
 """A root harness runs each execution as a random uid in [base, base + 2**24): unique, so no
@@ -181,7 +181,11 @@ def _started(clock: _Clock, loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def _create(plan: EvalgatePlan, out_w: int, err_w: int) -> asyncio.subprocess.Process:
-    argv = evalgate_command(plan, evalgate_find_tools())
+    tools = evalgate_find_tools()
+    missing = evalgate_missing_requirements(plan.isolation, tools)
+    if missing:
+        raise EvalgateSandboxError(f"isolation {plan.isolation}: {', '.join(missing)}")
+    argv = evalgate_command(plan, tools)
     try:
         return await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=out_w, stderr=err_w,

@@ -15,13 +15,15 @@ util-linux's ``unshare`` and ``setpriv``.
 
 from __future__ import annotations
 
-import os
-
 from pytest_evalgate.errors import EvalgateSandboxError, EvalgateSandboxUnavailableError
 from pytest_evalgate.sandbox.execute import evalgate_sandbox_run
 from pytest_evalgate.sandbox.layout import evalgate_pick_interpreter
 from pytest_evalgate.sandbox.spec import EvalgateSandboxSpec
-from pytest_evalgate.sandbox.tools import EvalgateTools, evalgate_find_tools
+from pytest_evalgate.sandbox.tools import (
+    EvalgateTools,
+    evalgate_find_tools,
+    evalgate_missing_requirements,
+)
 
 EVALGATE_HOW_TO_SANDBOX = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install "
@@ -88,21 +90,6 @@ async def evalgate_sandbox_prepare(
         "sandbox", "isolation", f"no working sandbox ({'; '.join(reasons)}); "
         f"{EVALGATE_HOW_TO_SANDBOX}"
     )  # fmt: skip
-
-
-def evalgate_missing_requirements(isolation: str, tools: EvalgateTools) -> list[str]:
-    """Why ``isolation`` cannot even be tried here (empty when it can)."""
-    root = os.geteuid() == 0
-    if isolation == "bwrap":
-        return _absent(tools, "bwrap", "unshare", *(["setpriv"] if root else []))
-    if isolation == "unshare":
-        needs_root = [] if root else ["it needs root (it mounts)"]
-        return needs_root + _absent(tools, "unshare", "setpriv")
-    return []
-
-
-def _absent(tools: EvalgateTools, *names: str) -> list[str]:
-    return [f"{name} not found" for name in tools.missing(*names)]
 
 
 async def _probe(spec: EvalgateSandboxSpec, tools: EvalgateTools) -> str | None:

@@ -7,6 +7,7 @@ util-linux, which every Debian and Ubuntu system has.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 
@@ -31,3 +32,18 @@ def evalgate_find_tools(search_path: str | None = None) -> EvalgateTools:
         unshare=shutil.which("unshare", path=search_path),
         setpriv=shutil.which("setpriv", path=search_path),
     )
+
+
+def evalgate_missing_requirements(isolation: str, tools: EvalgateTools) -> list[str]:
+    """Why ``isolation`` cannot even be tried here (empty when it can)."""
+    root = os.geteuid() == 0
+    if isolation == "bwrap":
+        return _absent(tools, "bwrap", "unshare", *(["setpriv"] if root else []))
+    if isolation == "unshare":
+        needs_root = [] if root else ["it needs root (it mounts)"]
+        return needs_root + _absent(tools, "unshare", "setpriv")
+    return []
+
+
+def _absent(tools: EvalgateTools, *names: str) -> list[str]:
+    return [f"{name} not found" for name in tools.missing(*names)]
