@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -56,7 +57,9 @@ def test_right_code_passes_and_its_output_is_kept(spec: EvalgateSandboxSpec) -> 
     assert (execution.outcome, execution.message, execution.exit_status) == ("passed", "", 0)
     assert execution.stdout == "hello from the sandbox\n"
     assert execution.start_s > 0 and execution.run_s > 0
-    assert execution.as_builtins()["outcome"] == "passed"
+    record = json.loads(json.dumps(execution.as_builtins()))  # builtins cross processes
+    assert record["outcome"] == "passed" and record["isolation"] == spec.isolation
+    assert record["start_s"] == execution.start_s and record["exit_status"] == 0
 
 
 def test_a_failing_assertion_names_the_tests_line_and_text_not_the_code(
@@ -181,6 +184,18 @@ def test_a_sandbox_that_cannot_start_is_a_sandbox_error(spec: EvalgateSandboxSpe
         asyncio.run(evalgate_sandbox_run(ADD, "", broken))
     assert caught.value.category == "sandbox"
     assert "could not be set up" in caught.value.message
+    assert any_sandbox_pids() == []
+
+
+def test_a_sandbox_that_cannot_start_in_time_is_a_sandbox_error(
+    spec: EvalgateSandboxSpec,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(
+        EvalgateSandboxError, match=re.escape("did not start within the 0.001 s timeout")
+    ):
+        asyncio.run(evalgate_sandbox_run(ADD, "", spec.replace(timeout_s=0.001)))
+    assert time.monotonic() - started <= 0.001 + 1.0
     assert any_sandbox_pids() == []
 
 

@@ -134,13 +134,15 @@ async def _execute(
     clock = _Clock(spawned=loop.time())
     plan, pipes, process = await _spawn(layout, host_dir, spec, clock)
     nonce = secrets.token_hex(16)
-    feeder = asyncio.ensure_future(_feed(process, _job(plan, code, tests, spec, nonce)))
+    feeder: asyncio.Future[None] | None = None
     try:
+        feeder = asyncio.ensure_future(_feed(process, _job(plan, code, tests, spec, nonce)))
         timed_out = await _await_end(process, clock.spawned + spec.timeout_s)
         clock.ended = loop.time()
     finally:
-        feeder.cancel()
-        await asyncio.gather(feeder, return_exceptions=True)
+        if feeder is not None:
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
         await _teardown(process, plan, pipes)
     return _result(plan, pipes, clock, timed_out, nonce, spec, process.returncode)
 
