@@ -262,7 +262,7 @@ def test_the_reaper_finds_and_kills_a_whole_tree() -> None:
     try:
         assert root.stdout is not None and root.stdout.readline() == b"ready\n"
         assert wait_until(lambda: len(evalgate_descendants(root.pid)) == 4, 10)
-        doomed = evalgate_kill_tree(root.pid)
+        doomed = asyncio.run(evalgate_kill_tree(root.pid))
         assert len(doomed) == 5 and doomed[-1] == root.pid
         root.wait(10)
         assert wait_until(lambda: not any(evalgate_alive(pid) for pid in doomed), 10)

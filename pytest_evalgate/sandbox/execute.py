@@ -229,7 +229,7 @@ async def _teardown(process: asyncio.subprocess.Process, plan: EvalgatePlan, pip
 
     Runs on every path, including cancellation and the timeout."""
     if process.returncode is None:
-        doomed = evalgate_kill_tree(process.pid)
+        doomed = await evalgate_kill_tree(process.pid)
         await evalgate_wait_gone(doomed, _TEARDOWN_S)
     if plan.isolation == "none":
         evalgate_kill_group(process.pid)

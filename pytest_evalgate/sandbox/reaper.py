@@ -3,10 +3,11 @@
 The tree is found from ``/proc`` (parent links), since this kernel may lack
 ``/proc/PID/task/TID/children``. Killing the first process inside the sandbox's PID namespace
 (its process 1) makes the kernel kill everything else in that namespace, including processes
-forked after the scan, so a tree killed here cannot leave a survivor behind, however fast the
-code forks. Under ``isolation: none`` there is no such namespace: the process group is killed
-too, and a process that left the group (``setsid``) is beyond reach, which is why ``none`` is
-never called a sandbox.
+forked after the scan, so a tree killed here leaves no survivor, however fast the code forks.
+The sandbox's first host process is stopped before the scan, so that it cannot fork, during
+the scan, a child the scan would miss (a sandbox killed mid-setup). Under ``isolation: none``
+there is no such namespace: the process group is killed too, and a process that left the group
+(``setsid``) is beyond reach, which is why ``none`` is never called a sandbox.
 """
 
 from __future__ import annotations
@@ -52,20 +53,35 @@ def _parent_of(entry: Path) -> int | None:
     return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
-def evalgate_alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie."""
+def _state(pid: int) -> str | None:
+    """The process state letter (R, S, T, Z, ...), or None when ``pid`` is gone."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
+        return None
+    return stat[stat.rindex(")") + 2]
 
 
-def evalgate_kill_tree(pid: int) -> list[int]:
-    """SIGKILL ``pid``'s descendants, then ``pid``; returns the pids signalled."""
+def evalgate_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    return _state(pid) not in (None, "Z", "X")
+
+
+async def evalgate_kill_tree(pid: int, stop_timeout_s: float = 1.0) -> list[int]:
+    """SIGKILL ``pid``'s descendants, then ``pid``; returns the pids signalled.
+
+    ``pid`` is stopped first (SIGSTOP) and scanned only once stopped: a stopped process forks
+    no child after the scan, so a sandbox killed mid-setup (its first process forked a moment
+    ago) cannot leave that child behind to run on.
+    """
+    _signal(pid, signal.SIGSTOP)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + stop_timeout_s
+    while _state(pid) not in (None, "T", "t", "Z", "X") and loop.time() < deadline:
+        await asyncio.sleep(_POLL_S / 10)
     doomed = [*evalgate_descendants(pid), pid]
     for target in doomed:
-        _kill(target)
+        _signal(target, signal.SIGKILL)
     return doomed
 
 
@@ -75,9 +91,9 @@ def evalgate_kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _kill(pid: int) -> None:
+def _signal(pid: int, number: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
+        os.kill(pid, number)
 
 
 async def evalgate_wait_exit(pid: int, timeout_s: float) -> bool:
