@@ -16,4 +16,15 @@ if [ ! -f "$evalgate_stamp" ] || [ "$(cat "$evalgate_stamp")" != "$evalgate_want
     "$evalgate_venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$evalgate_root[test]" >&2
     echo "$evalgate_want" > "$evalgate_stamp"
 fi
+# Code scoring (SPEC section 11) runs model-written code in bubblewrap where it is installed. As
+# root with apt-get at hand, install Debian's bubblewrap once, quietly; never fail the script over
+# it: without bwrap the sandbox falls back to unshare, and its bwrap tests skip with the reason.
+if [ "$(id -u)" = 0 ] && ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "evalgate: installing bubblewrap with apt-get (the code-scoring sandbox)" >&2
+    if ! { apt-get -qq -o DPkg::Lock::Timeout=120 update >/dev/null 2>&1 \
+        && DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=120 install -y \
+            --no-install-recommends bubblewrap >/dev/null 2>&1; }; then
+        echo "evalgate: bubblewrap not installed (apt-get failed); bwrap sandbox tests will skip" >&2
+    fi
+fi
 export PATH="$evalgate_venv/bin:$PATH"
