@@ -9,6 +9,8 @@
     ├── EvalgateStoreError             the result store cannot be read or written
     │   └── EvalgateIntegrityError     a stored record is malformed, conflicting or foreign
     ├── EvalgateSignatureError         a signed decision record does not verify
+    ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
+    ├── EvalgateAdmissionError         an AdmissionReview request is malformed
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
@@ -56,6 +58,15 @@ class EvalgateIntegrityError(EvalgateStoreError):
 
 class EvalgateSignatureError(EvalgateError):
     """A signed decision record fails verification."""
+
+
+class EvalgateRegistryError(EvalgateError):
+    """A registry transition is refused, or a digest's chain of entries does not verify
+    (edited, removed, reordered or foreign entries); the message names the entry and reason."""
+
+
+class EvalgateAdmissionError(EvalgateError):
+    """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
 
 
 class EvalgateK8sError(EvalgateError):
