@@ -63,7 +63,9 @@ from pytest_evalgate.registry import (
 EVALGATE_ADMISSION_NAMESPACES_ENV = "PYTEST_EVALGATE_ADMISSION_NAMESPACES"
 EVALGATE_ADMISSION_DEFAULT_NAMESPACES = ("serve-*",)
 EVALGATE_ADMITTED_STATES = frozenset({"gated", "canary", "ga", "deprecated"})
-EVALGATE_CHECKED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+# Only CREATE: weights are loaded when a Pod starts (image volumes are immutable), and checking
+# UPDATE would deny removing a finalizer from a Pod whose weights were revoked since.
+EVALGATE_CHECKED_OPERATIONS = frozenset({"CREATE"})
 
 _log = logging.getLogger("pytest_evalgate.admission")
 _K = TypeVar("_K")
@@ -167,8 +169,8 @@ class EvalgateAdmission:
             return evalgate_review_response(request.uid, False, message)
 
     def decide(self, request: EvalgateReviewRequest) -> dict[str, Any]:
-        """Allow what is not ours to check (other kinds, operations, namespaces); check the
-        weights of a Pod in a gated namespace."""
+        """Allow what is not ours to check (other kinds, operations than CREATE, namespaces
+        outside the patterns); check the weights of a Pod created in a gated namespace."""
         if not self._in_scope(request):
             return evalgate_review_response(request.uid, True)
         if request.obj is None:
