@@ -575,11 +575,14 @@ def evalgate_registry_promote(
     under ``gate.pub`` and name ``digest``. For ``gated``, ``canary`` and ``ga`` the basis
     (given, else the previous entry's, carried forward) must admit the digest at ``now``.
     ``why`` is written from the basis. Refused transitions and bases raise
-    :class:`EvalgateRegistryError`; a bad digest, ``--to revoked`` or a missing ``gate.pub``
-    raise :class:`EvalgateConfigError`."""
+    :class:`EvalgateRegistryError`; a bad digest, an unknown state, ``--to revoked`` or a
+    missing ``gate.pub`` raise :class:`EvalgateConfigError`."""
     evalgate_parse_digest(digest)
     if to == "revoked":
         reason = "revoking needs a reason: use `evalgate registry revoke DIGEST --reason TEXT`"
+        raise EvalgateConfigError("--to", "state", reason)
+    if to not in EVALGATE_REGISTRY_STATES:
+        reason = f"unknown state {to!r} (one of {', '.join(EVALGATE_REGISTRY_STATES[:-1])})"
         raise EvalgateConfigError("--to", "state", reason)
     public_key = evalgate_load_private_key(sign_key_path).public_key()
     chain = evalgate_registry_read(root, digest, public_key)
