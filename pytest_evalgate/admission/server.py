@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -100,6 +100,7 @@ class EvalgateAdmissionServer:
     ) -> None:
         self.admission = admission
         self._cert, self._key = tls_cert, tls_key
+        self._loaded = self._stamp()  # before loading: a change while loading is seen later
         self._context = evalgate_tls_context(tls_cert, tls_key)
         self._current = self._context
         self._context.sni_callback = self._choose_context
@@ -174,23 +175,24 @@ class EvalgateAdmissionServer:
         self._runner = runner
 
     async def _reload_forever(self) -> None:
-        stamp = self._stamp()
         while True:
             await asyncio.sleep(self._reload_s)
             latest = self._stamp()
-            if latest != stamp:
-                stamp = latest
+            if latest != self._loaded:
+                self._loaded = latest
                 self._reload()
 
-    def _stamp(self) -> tuple[int, ...]:
-        stats = []
+    def _stamp(self) -> str:
+        """A digest of both files' bytes (a few KB, read every ``reload_s``): unlike stat
+        fields it cannot miss an in-place rewrite of the same size within one clock tick."""
+        digest = hashlib.sha256()
         for path in (self._cert, self._key):
             try:
-                info = os.stat(path)
+                with open(path, "rb") as handle:
+                    digest.update(handle.read())
             except OSError:
-                return ()
-            stats += [info.st_ino, info.st_size, info.st_mtime_ns]
-        return tuple(stats)
+                return ""
+        return digest.hexdigest()
 
     def _choose_context(
         self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, _: object
