@@ -77,12 +77,12 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
 
 @dataclass
 class Clock:
-    """The webhook's clock; tests move it forward."""
+    """The webhook's clock: real time plus ``offset``, which tests move forward."""
 
-    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    offset: timedelta = field(default_factory=timedelta)
 
     def __call__(self) -> datetime:
-        return self.now
+        return datetime.now(UTC) + self.offset
 
 
 @dataclass
@@ -296,7 +296,7 @@ def test_an_expired_override_is_denied(hook: Webhook) -> None:
     hook.promote("candidate", failing)
     hook.promote("gated", override_of(failing, hook.keys.gate, hours=1))
     assert hook.ask(_volume_pod())["allowed"] is True
-    hook.clock.now += timedelta(hours=2)
+    hook.clock.offset += timedelta(hours=2)
     _denied(hook.ask(_volume_pod()), D, "override of decision", "expired at")
 
 
@@ -405,6 +405,11 @@ def test_healthz_reports_the_registry(hook: Webhook) -> None:
     assert status == 503 and b"cannot read the registry" in body
 
 
+def _without(sent: JSON, key: str) -> JSON:
+    del sent["request"][key]
+    return sent
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
@@ -412,6 +417,8 @@ def test_healthz_reports_the_registry(hook: Webhook) -> None:
         (b"[]", b"not a JSON object"),
         (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview"}), b"v1"),
         (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), b"uid"),
+        (json.dumps(_without(review(pod()), "kind")), b"request.kind.kind"),
+        (json.dumps(_without(review(pod()), "operation")), b"request.operation"),
     ],
 )
 def test_unreadable_reviews_are_http_400(hook: Webhook, body: Any, reason: bytes) -> None:

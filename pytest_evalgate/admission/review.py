@@ -4,9 +4,9 @@ expects.
 Contracts:
 
 - :func:`evalgate_parse_review` accepts only an ``admission.k8s.io/v1`` ``AdmissionReview``
-  with a ``request.uid``; anything else raises :class:`EvalgateAdmissionError` (the server
-  answers HTTP 400, which the API server treats as a webhook failure: with
-  ``failurePolicy: Fail`` the Pod is denied).
+  with a ``request.uid``, ``request.kind.kind`` and ``request.operation``; anything else
+  raises :class:`EvalgateAdmissionError` (the server answers HTTP 400, which the API server
+  treats as a webhook failure: with ``failurePolicy: Fail`` the Pod is denied).
 - :func:`evalgate_review_response` echoes the uid; a denial carries a ``Status`` with code
   403 and the message; warnings are single-line texts (the API server shows them to kubectl).
 """
@@ -59,6 +59,11 @@ def evalgate_parse_review(body: bytes) -> EvalgateReviewRequest:
     request = review.get("request")
     if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
         raise EvalgateAdmissionError("the AdmissionReview has no request.uid")
+    # Without kind or operation the review cannot be scoped: refuse rather than allow.
+    if not isinstance(_dict(request.get("kind")).get("kind"), str):
+        raise EvalgateAdmissionError("the AdmissionReview has no request.kind.kind")
+    if not isinstance(request.get("operation"), str):
+        raise EvalgateAdmissionError("the AdmissionReview has no request.operation")
     return _request(request)
 
 
