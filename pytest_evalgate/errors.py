@@ -11,6 +11,8 @@
     │   └── EvalgateIntegrityError     stored results contradict each other (a pair judged twice)
     ├── EvalgateSandboxError           an execution's sandbox could not be set up (category sandbox)
     ├── EvalgateSignatureError         a signed decision record or override does not verify
+    ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
+    ├── EvalgateAdmissionError         an AdmissionReview request is malformed
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
@@ -71,6 +73,15 @@ class EvalgateSandboxError(EvalgateError):
 class EvalgateSignatureError(EvalgateError):
     """A signed decision record or an override fails verification, or a decision that must not
     be signed (not attestable, not pass/fail) was given to sign."""
+
+
+class EvalgateRegistryError(EvalgateError):
+    """A registry transition is refused, or a digest's chain of entries does not verify
+    (edited, removed, reordered or foreign entries); the message names the entry and reason."""
+
+
+class EvalgateAdmissionError(EvalgateError):
+    """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
 
 
 class EvalgateK8sError(EvalgateError):
