@@ -9,6 +9,7 @@
     ├── EvalgateStoreError             the result store cannot be read or written
     │   └── EvalgateIntegrityError     a stored record is malformed, conflicting or foreign
     ├── EvalgateSignatureError         a signed decision record does not verify
+    ├── EvalgateWireError              a runner pipe carried a line that is no wire message
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
@@ -56,6 +57,10 @@ class EvalgateIntegrityError(EvalgateStoreError):
 
 class EvalgateSignatureError(EvalgateError):
     """A signed decision record fails verification."""
+
+
+class EvalgateWireError(EvalgateError):
+    """A line on the runner's pipes is not a message of ``runner.wire`` (a bug, never a user's)."""
 
 
 class EvalgateK8sError(EvalgateError):
