@@ -13,6 +13,7 @@
     ├── EvalgateSignatureError         a signed decision record or override does not verify
     ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
     ├── EvalgateAdmissionError         an AdmissionReview request is malformed
+    ├── EvalgateWireError              a runner pipe carried a line that is no wire message
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
@@ -82,6 +83,10 @@ class EvalgateRegistryError(EvalgateError):
 
 class EvalgateAdmissionError(EvalgateError):
     """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
+
+
+class EvalgateWireError(EvalgateError):
+    """A line on the runner's pipes is not a message of ``runner.wire`` (a bug, never a user's)."""
 
 
 class EvalgateK8sError(EvalgateError):
