@@ -27,12 +27,12 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 import pydantic
-import yaml
 
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
 EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
@@ -180,11 +180,11 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
     """
     source = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = evalgate_load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
-        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from error
-    except yaml.YAMLError as error:
-        raise EvalgatePolicyError(source, "<yaml>", f"not valid YAML: {error}") from error
+        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from None
+    except EvalgateYamlError as error:
+        raise EvalgatePolicyError(source, "<yaml>", error.reason) from None
     if not isinstance(raw, dict):
         raise EvalgatePolicyError(source, "<root>", "the policy must be a mapping")
     try:

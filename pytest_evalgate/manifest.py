@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
 EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
@@ -261,11 +262,14 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
 def _read_yaml(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+            return evalgate_load_yaml(handle.read())
     except OSError as exc:
         raise EvalgateConfigError(path, "-", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise EvalgateConfigError(path, "-", f"not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
+        raise EvalgateConfigError(path, "-", reason) from None
+    except EvalgateYamlError as exc:
+        raise EvalgateConfigError(path, "-", exc.reason) from None
 
 
 def _validate(path: str, raw: Any) -> _Manifest:
