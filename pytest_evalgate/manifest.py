@@ -64,6 +64,20 @@ def evalgate_manifest_path(suite: str) -> str:
     return os.path.join(suite, EVALGATE_MANIFEST_NAME) if os.path.isdir(suite) else suite
 
 
+EVALGATE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def evalgate_check_name(source: str, key: str, name: str) -> None:
+    """Refuse a name (candidate, suite, tier) that could become a path outside the store: only
+    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit, at most 64."""
+    if not EVALGATE_NAME_PATTERN.fullmatch(name):
+        reason = (
+            f"{name!r} is not a safe name: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 64 characters); names become store paths"
+        )
+        raise EvalgateConfigError(source, key, reason)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
@@ -299,6 +313,8 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
     if not model.candidates:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
+    for name in model.candidates:
+        evalgate_check_name(path, f"candidates.{name}", name)
     if model.judge is not None:
         for name, candidate in model.candidates.items():
             if candidate.model == model.judge.model:

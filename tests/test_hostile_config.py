@@ -1,4 +1,4 @@
-"""Manifests and policies: duplicate keys and alias bombs are refused, with file and reason."""
+"""Hostile manifests and policies: duplicate keys, alias bombs, non-UTF-8 bytes, unsafe names."""
 
 from __future__ import annotations
 
@@ -107,3 +107,17 @@ def test_a_policy_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     policy.write_bytes(b"version: v1\nrules: \xff\n")
     with pytest.raises(EvalgatePolicyError, match="cannot read"):
         evalgate_load_policy(policy)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden", "", "x" * 65, "tab\tname", "ü"])
+def test_a_candidate_name_that_could_become_a_path_is_refused(tmp_path: Path, name: str) -> None:
+    path = write_suite(tmp_path, {name: "simulated://", "baseline": "simulated://"})
+    with pytest.raises(EvalgateConfigError, match="not a safe name") as info:
+        evalgate_load_manifest(str(path))
+    assert info.value.key == f"candidates.{name}"
+
+
+@pytest.mark.parametrize("name", ["candidate", "r17-fp8", "Model_2.1", "x" * 64])
+def test_ordinary_candidate_names_load(tmp_path: Path, name: str) -> None:
+    path = write_suite(tmp_path, {name: "simulated://", "baseline": "simulated://"})
+    assert name in evalgate_load_manifest(str(path)).candidates
