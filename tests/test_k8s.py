@@ -26,6 +26,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from crdkit import crd_to_jsonschema
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
@@ -140,31 +141,13 @@ def test_kustomize_subset_applies_and_refuses() -> None:
 # --- validation --------------------------------------------------------------------------------
 
 
-def _crd_to_jsonschema(node: Any) -> Any:
-    """openAPIV3Schema -> JSON Schema: nullable, int-or-string, and closed objects (strict)."""
-    if isinstance(node, list):
-        return [_crd_to_jsonschema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _crd_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
-    out.pop("nullable", None)
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-        out.setdefault("additionalProperties", False)
-    if node.get("nullable") and "type" in out:
-        out["type"] = [out["type"], "null"]
-    return out
-
-
 def _crd_schemas() -> dict[tuple[str, str], JSON]:
     schemas: dict[tuple[str, str], JSON] = {}
     for path in sorted(CRDS.glob("kueue.x-k8s.io_*.yaml")):
         crd = yaml.safe_load(path.read_text(encoding="utf-8"))
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
-            schema = _crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
+            schema = crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
             schemas[(f"{group}/{version['name']}", kind)] = schema
     return schemas
 
