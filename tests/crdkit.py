@@ -1,0 +1,47 @@
+"""CustomResourceDefinitions as strict JSON Schemas, for offline validation in tests.
+
+``../shared/crds/README.md`` describes the recipe: take each served version's
+``openAPIV3Schema``, map ``nullable`` to a null type and ``x-kubernetes-int-or-string`` to
+integer-or-string, and close every object that lists ``properties`` (and does not preserve
+unknown fields) with ``additionalProperties: false``, as ``kubectl --validate=strict`` does. CEL
+rules (``x-kubernetes-validations``) are not run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+JSON = dict[str, Any]
+
+
+def crd_to_jsonschema(node: Any) -> Any:
+    """openAPIV3Schema -> JSON Schema: nullable, int-or-string, and closed objects (strict)."""
+    if isinstance(node, list):
+        return [crd_to_jsonschema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: crd_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
+    out.pop("nullable", None)
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        out.setdefault("additionalProperties", False)
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def crd_schemas(folder: Path, pattern: str) -> dict[tuple[str, str], JSON]:
+    """``(apiVersion, kind) -> JSON Schema`` for every version of the CRDs matching ``pattern``."""
+    schemas: dict[tuple[str, str], JSON] = {}
+    for path in sorted(folder.glob(pattern)):
+        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
+            schemas[(f"{group}/{version['name']}", kind)] = schema
+    return schemas
