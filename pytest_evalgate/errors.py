@@ -9,7 +9,8 @@
     ├── EvalgateStoreError             the result store cannot be read or written
     │   └── EvalgateIntegrityError     a stored record is malformed, conflicting or foreign
     ├── EvalgateSignatureError         a signed decision record does not verify
-    └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    └── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
 ``pytest.UsageError`` so that pytest exits with status 4.
@@ -60,3 +61,7 @@ class EvalgateSignatureError(EvalgateError):
 
 class EvalgateK8sError(EvalgateError):
     """The Kubernetes API is unreachable, forbidden, or a Job failed."""
+
+
+class EvalgatePrometheusError(EvalgateError):
+    """The Prometheus HTTP API could not be reached, or answered a query with an error."""

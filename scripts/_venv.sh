@@ -16,4 +16,15 @@ if [ ! -f "$evalgate_stamp" ] || [ "$(cat "$evalgate_stamp")" != "$evalgate_want
     "$evalgate_venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$evalgate_root[test]" >&2
     echo "$evalgate_want" > "$evalgate_stamp"
 fi
+# The online-canary tests (SPEC section 15) start a real Prometheus. As root with apt-get at hand,
+# install Debian's prometheus once, quietly; never fail the script over it: without the binary
+# those tests skip with the reason. Only the binary is used (no service is started here).
+if [ "$(id -u)" = 0 ] && ! command -v prometheus >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "evalgate: installing prometheus with apt-get (the canary check tests)" >&2
+    if ! { apt-get -qq -o DPkg::Lock::Timeout=120 update >/dev/null 2>&1 \
+        && DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=120 install -y \
+            --no-install-recommends prometheus >/dev/null 2>&1; }; then
+        echo "evalgate: prometheus not installed (apt-get failed); canary check tests will skip" >&2
+    fi
+fi
 export PATH="$evalgate_venv/bin:$PATH"
