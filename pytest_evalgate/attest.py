@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from pytest_evalgate.canonical import evalgate_canonical_json
-from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateSignatureError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
 
 EVALGATE_STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 EVALGATE_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -551,113 +550,3 @@ def _check_window(predicate: dict[str, Any], now: datetime) -> None:
         raise EvalgateSignatureError(f"the override is issued in the future ({issued})")
     if now >= expires:
         raise EvalgateSignatureError(f"the override expired at {evalgate_format_time(expires)}")
-
-
-# --- command bodies (wired in cli.py) --------------------------------------------------------
-
-
-def evalgate_keygen_main(directory: str) -> int:
-    """``evalgate keygen``: write a key pair, print the paths and key id; exit 0, or 4."""
-    try:
-        private_path, public_path = evalgate_generate_key(directory)
-    except EvalgateConfigError as exc:
-        print(f"evalgate keygen: {exc}", file=sys.stderr)
-        return 4
-    keyid = evalgate_keyid(evalgate_load_public_key(public_path))
-    print(f"private key: {private_path} (mode 0600)\npublic key: {public_path}\nkeyid: {keyid}")
-    return 0
-
-
-def evalgate_verify_main(
-    envelope_path: str,
-    key_path: str,
-    override_path: str | None = None,
-    *,
-    require_pass: bool = False,
-    now: datetime | None = None,
-) -> int:
-    """``evalgate verify``: print what was checked; exit 0 valid, 1 invalid, 4 key unusable.
-    With ``require_pass`` a valid record also needs verdict ``pass`` or a valid override."""
-    try:
-        lines, verdict, overridden = _verify_lines(envelope_path, key_path, override_path, now)
-    except EvalgateConfigError as exc:
-        print(f"evalgate verify: {exc}", file=sys.stderr)
-        return 4
-    except EvalgateSignatureError as exc:
-        print(f"INVALID: {exc}")
-        return 1
-    print("\n".join(lines))
-    if require_pass and verdict != "pass" and not overridden:
-        print(f"gate: verdict {verdict!r} without a valid override; --require-pass fails")
-        return 1
-    print("result: VALID")
-    return 0
-
-
-def _verify_lines(
-    envelope_path: str, key_path: str, override_path: str | None, now: datetime | None
-) -> tuple[list[str], str, bool]:
-    envelope = evalgate_load_envelope(envelope_path)
-    statement = evalgate_verify(envelope, key_path)
-    keyid = evalgate_keyid(evalgate_load_public_key(key_path))
-    lines = [f"envelope: {envelope_path}", *_checked_lines(statement, keyid)]
-    verdict = str(statement["predicate"].get("verdict"))
-    if override_path is None:
-        return lines, verdict, False
-    override_env = evalgate_load_envelope(override_path)
-    override = evalgate_verify_override(override_env, envelope, key_path, now)
-    return lines + _override_lines(override_path, override["predicate"]), verdict, True
-
-
-def _checked_lines(statement: dict[str, Any], keyid: str) -> list[str]:
-    subject = statement["subject"][0]
-    lines = [
-        f"checked: payloadType {EVALGATE_PAYLOAD_TYPE}; canonical base64 payload",
-        f"checked: ECDSA P-256/SHA-256 signature over DSSE PAE by key id {keyid}",
-        f"checked: in-toto Statement v1, predicateType {statement.get('predicateType')}",
-        f"subject: {subject.get('name')} sha256:{subject.get('digest', {}).get('sha256')}",
-    ]
-    if statement.get("predicateType") == EVALGATE_PREDICATE_TYPE:
-        lines.insert(3, "checked: subject digest equals candidate.pins.weights_digest")
-        lines.append(f"verdict: {statement['predicate'].get('verdict')}")
-    return lines
-
-
-def _override_lines(path: str, predicate: dict[str, Any]) -> list[str]:
-    return [
-        f"override: {path}",
-        "checked: override signature, link to this decision's payload sha256, expiry",
-        f"override: approved by {predicate.get('approver')} until {predicate.get('expires_at')}",
-        f"override reason: {predicate.get('reason')}",
-    ]
-
-
-def evalgate_override_main(
-    decision_path: str,
-    approver: str,
-    reason: str,
-    expires: str,
-    key_path: str,
-    output: str | None = None,
-) -> int:
-    """``evalgate override``: sign an override, write it (default
-    ``<decision>.override.json``); exit 0, 1 for an unusable decision envelope, 4 for bad
-    options or keys."""
-    target = output or _default_override_path(decision_path)
-    try:
-        decision = evalgate_load_envelope(decision_path)
-        envelope = evalgate_override(decision, approver, reason, expires, key_path)
-        evalgate_write_envelope(envelope, target)
-    except EvalgateConfigError as exc:
-        print(f"evalgate override: {exc}", file=sys.stderr)
-        return 4
-    except EvalgateError as exc:
-        print(f"evalgate override: {exc}", file=sys.stderr)
-        return 1
-    print(f"override written: {target}")
-    return 0
-
-
-def _default_override_path(decision_path: str) -> str:
-    stem = decision_path.removesuffix(".json")
-    return f"{stem}.override.json"

@@ -2,18 +2,19 @@
 
 ::
 
-    EvalgateError                      base; never raised itself
-    ├── EvalgateConfigError            a manifest, policy, option or plan is wrong (exit 4)
+    EvalgateError                      base; the runner raises it itself when its child process
+    │                                  fails or stops, or a record cannot be committed
+    ├── EvalgateConfigError            a manifest, policy, option, plan or key file is wrong
     │   └── EvalgatePolicyError        gate.yaml is wrong
-    ├── EvalgateEndpointError          an endpoint call ended in error after its retries
-    ├── EvalgateStoreError             the result store cannot be read or written
-    │   └── EvalgateIntegrityError     a stored record is malformed, conflicting or foreign
-    ├── EvalgateSignatureError         a signed decision record does not verify
+    ├── EvalgateStoreError             the result store cannot be written or claimed
+    ├── EvalgateSignatureError         a signed decision record or override does not verify
     ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
     └── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
-``pytest.UsageError`` so that pytest exits with status 4.
+``pytest.UsageError`` so that pytest exits with status 4; the ``evalgate`` console script
+(``pytest_evalgate.cli``) exits 4 for it and 1 for any other ``EvalgateError``. An exception
+outside this tree is a bug, never a configuration error.
 """
 
 from __future__ import annotations
@@ -37,26 +38,14 @@ class EvalgatePolicyError(EvalgateConfigError):
     """The gate policy file is invalid."""
 
 
-class EvalgateEndpointError(EvalgateError):
-    """An endpoint call failed for good; ``category`` is one of SPEC section 5's categories."""
-
-    def __init__(self, category: str, message: str, status: int | None = None) -> None:
-        self.category = category
-        self.status = status
-        self.message = message
-        super().__init__(f"{category}: {message}" + (f" (HTTP {status})" if status else ""))
-
-
 class EvalgateStoreError(EvalgateError):
-    """The result store cannot be read or written."""
-
-
-class EvalgateIntegrityError(EvalgateStoreError):
-    """Stored records are malformed, conflicting or from another definition."""
+    """The result store cannot be written (a segment commit failed) or no generation can be
+    claimed."""
 
 
 class EvalgateSignatureError(EvalgateError):
-    """A signed decision record fails verification."""
+    """A signed decision record or an override fails verification, or a decision that must not
+    be signed (not attestable, not pass/fail) was given to sign."""
 
 
 class EvalgateK8sError(EvalgateError):

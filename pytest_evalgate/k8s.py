@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
+from pytest_evalgate.manifest import evalgate_base_url_env
 
 EVALGATE_STORE_MOUNT = "/store"
 EVALGATE_SIDECAR_PORT = 8000
@@ -276,11 +277,6 @@ def _harness_env(
     return env
 
 
-def evalgate_base_url_env(candidate: str) -> str:
-    """The env var that overrides a candidate's ``base_url`` (the sidecar sets it to localhost)."""
-    return "PYTEST_EVALGATE_BASE_URL_" + re.sub(r"[^A-Z0-9]", "_", candidate.upper())
-
-
 def _local_url() -> str:
     return f"http://127.0.0.1:{EVALGATE_SIDECAR_PORT}/v1"
 
@@ -437,13 +433,15 @@ def evalgate_run(
     api_client: Any,
     poll_s: float = 5.0,
     timeout_s: float = 24 * 3600.0,
-    echo: Callable[[str], None] = print,
+    *,
+    echo: Callable[[str], None],
 ) -> EvalgateRunResult:
     """Create the worker Job, follow each index to the end, then the aggregation Job.
 
-    ``objects`` is ``evalgate_render``'s output. Returns how both ended; raises
-    ``EvalgateK8sError`` (naming the API server and the reason) when the API is unreachable,
-    refuses (401/403, 409 for an existing Job, ...) or the deadline passes.
+    ``objects`` is ``evalgate_render``'s output; ``echo`` receives one line per created Job,
+    per change of the pods' phases and per finished Job (the caller shows them). Returns how
+    both ended; raises ``EvalgateK8sError`` (naming the API server and the reason) when the API
+    is unreachable, refuses (401/403, 409 for an existing Job, ...) or the deadline passes.
     """
     workers, aggregate = objects[0], objects[1]
     runner = _Runner(api_client, poll_s, time.monotonic() + timeout_s, echo)
@@ -571,68 +569,4 @@ def evalgate_to_yaml(objects: Sequence[_JSON]) -> str:
 
     return "".join(
         "---\n" + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False) for obj in objects
-    )
-
-
-# --- command line ------------------------------------------------------------------------------
-
-
-def evalgate_k8s_add_arguments(parser: Any) -> None:
-    """``evalgate k8s {render,run} SUITE --shards N --image IMAGE ...``."""
-    sub = parser.add_subparsers(dest="k8s_command", required=True)
-    for name, text in (("render", "print the Jobs as YAML"), ("run", "submit, follow, aggregate")):
-        command = sub.add_parser(name, help=text, description=text)
-        command.add_argument("suite", help="suite folder or its evalgate.yaml")
-        command.add_argument("--shards", type=int, help="N (default: the manifest's shards)")
-        command.add_argument("--image", required=True, help="harness image (suite inside)")
-        command.add_argument("--serving-sidecar", action="store_true", help="GPU sidecar")
-        command.add_argument("--namespace", default="evalgate")
-        command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
-        command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
-    run = sub.choices["run"]
-    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
-    run.add_argument("--context", help="kubeconfig context")
-    run.add_argument("--poll", type=float, default=5.0, help="seconds between status polls")
-    run.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds for both Jobs")
-
-
-def evalgate_k8s_main(args: Any) -> int:
-    """Run ``evalgate k8s render|run``: exit 0 on success, 1 when a Job or the API failed,
-    4 on a config error (bad manifest, unpinned serving image)."""
-    import sys
-
-    try:
-        objects = _render_from_args(args)
-        if args.k8s_command == "render":
-            sys.stdout.write(evalgate_to_yaml(objects))
-            return 0
-        api = evalgate_api(args.kubeconfig, args.context)
-        result = evalgate_run(objects, api, args.poll, args.timeout)
-    except EvalgateConfigError as exc:
-        print(f"evalgate k8s: {exc}", file=sys.stderr)
-        return 4
-    except EvalgateK8sError as exc:
-        print(f"evalgate k8s: {exc}", file=sys.stderr)
-        return 1
-    return 0 if result.ok else 1
-
-
-def _render_from_args(args: Any) -> list[_JSON]:
-    from pytest_evalgate.manifest import evalgate_load_manifest
-    from pytest_evalgate.shard import evalgate_manifest_file, evalgate_manifest_plan
-
-    manifest = evalgate_load_manifest(evalgate_manifest_file(args.suite))
-    shards = args.shards or manifest.shards
-    # a plan for another N would make every pod exit 4: refuse before anything is submitted
-    evalgate_manifest_plan(manifest, shards)
-    options = EvalgateRenderOptions(suite_path=args.suite.rstrip("/"))
-    return evalgate_render(
-        manifest,
-        shards,
-        args.image,
-        serving_sidecar=args.serving_sidecar,
-        store_claim=args.store_claim,
-        namespace=args.namespace,
-        queue=args.queue or None,
-        options=options,
     )

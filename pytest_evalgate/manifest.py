@@ -57,6 +57,12 @@ def evalgate_render_template(template: str, text: str) -> str:
 EVALGATE_SCHEMA_VERSION = 1
 
 
+def evalgate_manifest_path(suite: str) -> str:
+    """A suite folder's manifest (``SUITE/evalgate.yaml``), or ``suite`` itself when it is not a
+    folder (a manifest file, or a path the loader then reports as unreadable)."""
+    return os.path.join(suite, EVALGATE_MANIFEST_NAME) if os.path.isdir(suite) else suite
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 

@@ -42,12 +42,21 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation, localcontext
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError
 
-EvalgateScorer = Callable[[str, str], float]
-"""``scorer(output, target) -> score`` with the score in [0, 1]."""
+
+class EvalgateScorer(Protocol):
+    """What a scorer is: ``scorer(output, target) -> score`` with the score in [0, 1].
+
+    A plain function of two strings fits; a scorer registered through the
+    ``pytest_evalgate_scorers`` hook may also return a bool (True is 1.0); anything else is
+    refused as a configuration error when it is called.
+    """
+
+    def __call__(self, output: str, target: str, /) -> float: ...
+
 
 EVALGATE_BUILTIN_SCORERS: tuple[str, ...] = ("exact", "normalized", "contains", "regex", "numeric")
 """Names of the scorers this module implements."""

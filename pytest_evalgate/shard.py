@@ -12,7 +12,6 @@ import heapq
 import json
 import math
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -278,30 +277,6 @@ def evalgate_write_plan(
     hashed = evalgate_hash_plan((case_id for case_id, _ in cases), n)
     plan_balance = evalgate_balance(evalgate_shard_costs(cases, document["assignment"], n))
     return document, plan_balance, evalgate_balance(evalgate_shard_costs(cases, hashed, n))
-
-
-def evalgate_shard_plan_main(suite: str, shards: int, output: str | None = None) -> int:
-    """``evalgate shard-plan``: plan the suite's cases by ``cost``, write the plan, print the
-    balance of the plan and of plain hashing side by side. Exit 0, or 4 on a config error."""
-    from pytest_evalgate.manifest import evalgate_load_manifest
-
-    try:
-        manifest = evalgate_load_manifest(evalgate_manifest_file(suite))
-        cases = [(case.case_id, case.cost) for case in manifest.cases]
-        target = output or os.path.join(manifest.suite_dir, f"shard-plan-{shards}.json")
-        document, plan_balance, hash_balance = evalgate_write_plan(cases, shards, target)
-    except (EvalgateConfigError, OSError) as exc:
-        print(f"evalgate shard-plan: {exc}", file=sys.stderr)
-        return 4
-    print(f"wrote {target} ({document['version']}, {len(cases)} cases, {shards} shards)")
-    print("balance (max/mean shard cost, 1.000 is perfect):")
-    print(f"  plan    {plan_balance:.3f}\n  hashing {hash_balance:.3f}")
-    return 0
-
-
-def evalgate_manifest_file(suite: str) -> str:
-    """A suite folder's ``evalgate.yaml``, or ``suite`` itself when it names a file."""
-    return os.path.join(suite, "evalgate.yaml") if os.path.isdir(suite) else suite
 
 
 def evalgate_manifest_plan(manifest: EvalgateManifest, n: int) -> dict[str, int] | None:

@@ -1,4 +1,12 @@
-"""Imports run one way: pure stages never import pytest, nor anything downstream of them."""
+"""Imports run one way, and programs live at the edge (walks the AST of every module).
+
+- Pure stages never import pytest, nor anything downstream of them.
+- The core (every module outside ``pytest_evalgate/cli/``) never prints, never imports argparse,
+  never calls ``sys.exit`` or raises ``SystemExit`` (a sub-package's ``__main__.py``, a process
+  entry point, may exit with its child's status) and never imports ``pytest_evalgate.cli``.
+
+Sub-packages count: ``runner/child.py`` belongs to the ``runner`` stage.
+"""
 
 from __future__ import annotations
 
@@ -11,35 +19,149 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
 PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
-    "endpoints", "scheduler",
+    "endpoints", "scheduler", "cli",
 }  # fmt: skip
+EDGE = "cli"
 
 
-def _imports(module: str) -> set[str]:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+def _modules() -> dict[str, Path]:
+    """Dotted module name inside the package (``runner.child``, ``cli``) -> its file."""
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name or "__init__"] = path
+    return found
+
+
+def _stage(module: str) -> str:
+    return module.split(".")[0]
+
+
+def _core() -> dict[str, Path]:
+    return {name: path for name, path in _modules().items() if _stage(name) != EDGE}
+
+
+def _package_of(module: str, path: Path) -> list[str]:
+    """The package a relative import in ``module`` starts from, as dotted parts."""
+    parts = ["pytest_evalgate", *module.split(".")] if module != "__init__" else ["pytest_evalgate"]
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _absolute(node: ast.ImportFrom, module: str, path: Path) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = _package_of(module, path)[: len(_package_of(module, path)) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _imports_of(tree: ast.AST, module: str, path: Path) -> set[str]:
+    """Every module name the tree imports, relative imports resolved; ``from a import b`` also
+    counts ``a.b`` (b may be a sub-module)."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            origin = _absolute(node, module, path)
+            found.add(origin)
+            found.update(f"{origin}.{alias.name}" for alias in node.names)
     return found
 
 
+def _imports(module: str) -> set[str]:
+    path = _modules()[module]
+    return _imports_of(ast.parse(path.read_text()), module, path)
+
+
+def _imports_under(imported: set[str], target: str) -> bool:
+    return any(name == target or name.startswith(target + ".") for name in imported)
+
+
+def _is_exit(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr == "exit":
+        return isinstance(node.value, ast.Name) and node.value.id == "sys"
+    if isinstance(node, ast.ImportFrom) and node.module == "sys":
+        return any(alias.name == "exit" for alias in node.names)
+    return isinstance(node, ast.Name) and node.id == "SystemExit"
+
+
+def _program_parts(source: str, module: str, path: Path) -> list[str]:
+    """What in a core module's source belongs at the edge: ``print``, argparse, exiting, and
+    importing ``pytest_evalgate.cli``. Each finding is ``"<what> line N"``."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Name) and node.id == "print":
+            found.append(f"print line {line}")
+        if _is_exit(node) and path.name != "__main__.py":
+            found.append(f"exit line {line}")
+    imported = _imports_of(tree, module, path)
+    if _imports_under(imported, "argparse"):
+        found.append("imports argparse")
+    if _imports_under(imported, "pytest_evalgate.cli"):
+        found.append("imports pytest_evalgate.cli")
+    return found
+
+
+def test_the_walker_finds_sub_packages() -> None:
+    modules = _modules()
+    assert "cli" in modules and "cli.command" in modules and "manifest" in modules
+    assert modules["cli"].name == "__init__.py"
+    assert {_stage(name) for name in modules} >= PURE
+
+
 def test_pure_modules_do_not_import_pytest() -> None:
-    offenders = {m for m in PURE if (PACKAGE / f"{m}.py").exists() and "pytest" in _imports(m)}
+    offenders = {m for m in _modules() if _stage(m) in PURE and "pytest" in _imports(m)}
     assert offenders == set()
 
 
 def test_only_the_edges_import_the_composition_root_and_the_items() -> None:
-    for path in PACKAGE.glob("*.py"):
-        imported = _imports(path.stem)
-        assert "pytest_evalgate.plugin" not in imported, path.stem
-        assert "pytest_evalgate.cli" not in imported, path.stem
-        if path.stem != "plugin":
-            assert "pytest_evalgate.session" not in imported, path.stem
-        if path.stem not in {"plugin", "session"}:
-            assert "pytest_evalgate.items" not in imported, path.stem
+    for module in _modules():
+        imported = _imports(module)
+        assert not _imports_under(imported, "pytest_evalgate.plugin"), module
+        if module != "plugin":
+            assert not _imports_under(imported, "pytest_evalgate.session"), module
+        if module not in {"plugin", "session"}:
+            assert not _imports_under(imported, "pytest_evalgate.items"), module
+
+
+def test_core_modules_hold_no_program_parts() -> None:
+    found = {
+        module: parts
+        for module, path in _core().items()
+        if (parts := _program_parts(path.read_text(), module, path))
+    }
+    assert found == {}
+
+
+def test_the_program_check_catches_each_kind() -> None:
+    source = (
+        "import argparse\nimport sys\nfrom ..cli import main\n"
+        "def f(say=print):\n    print('x')\n    sys.exit(1)\n    raise SystemExit(2)\n"
+    )
+    parts = _program_parts(source, "runner.child", PACKAGE / "runner" / "child.py")
+    assert sorted(parts) == [
+        "exit line 6", "exit line 7", "imports argparse", "imports pytest_evalgate.cli",
+        "print line 4", "print line 5",
+    ]  # fmt: skip
+
+
+def test_a_sub_package_main_may_exit_but_not_print() -> None:
+    source = "import sys\nfrom sys import exit\nprint('ready')\nsys.exit(3)\n"
+    main = PACKAGE / "simulated" / "__main__.py"
+    assert _program_parts(source, "simulated.__main__", main) == ["print line 3"]
+    other = PACKAGE / "simulated" / "server.py"
+    assert len(_program_parts(source, "simulated.server", other)) == 3
+
+
+def test_relative_and_package_imports_of_the_cli_are_seen() -> None:
+    init = PACKAGE / "store" / "__init__.py"
+    for source in ("from .. import cli", "from ..cli.serve import x", "import pytest_evalgate.cli"):
+        assert _program_parts(source, "store", init) == ["imports pytest_evalgate.cli"], source
+    assert _program_parts("from . import client", "store", init) == []
+    assert _program_parts("from .client import x", "manifest", PACKAGE / "manifest.py") == []
 
 
 def test_the_entry_point_imports_nothing_heavy() -> None:

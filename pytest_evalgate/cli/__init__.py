@@ -1,0 +1,72 @@
+"""The ``evalgate`` console script: what is not a test run.
+
+Every program's argument parsing, printing and exit status lives in this package; it calls the
+core modules, never the reverse. Each subcommand module exposes its ``EvalgateCommand`` values;
+:func:`main` parses, runs the chosen one through the one error wrapper
+(:func:`evalgate_run_command`) and returns its exit status: 0 passed, 1 failed (or another
+evalgate error), 4 a configuration or usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from pytest_evalgate.cli.attest import evalgate_attest_commands
+from pytest_evalgate.cli.command import (
+    EVALGATE_EXIT_FAIL,
+    EVALGATE_EXIT_PASS,
+    EVALGATE_EXIT_USAGE,
+    EvalgateCommand,
+    evalgate_run_command,
+    evalgate_verdict_status,
+)
+from pytest_evalgate.cli.k8s import evalgate_k8s_commands
+from pytest_evalgate.cli.serve import evalgate_serve_commands
+from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
+from pytest_evalgate.cli.suite import evalgate_suite_commands
+
+__all__ = [
+    "EVALGATE_EXIT_FAIL",
+    "EVALGATE_EXIT_PASS",
+    "EVALGATE_EXIT_USAGE",
+    "EvalgateCommand",
+    "evalgate_build_parser",
+    "evalgate_commands",
+    "evalgate_run_command",
+    "evalgate_verdict_status",
+    "main",
+]
+
+_DESCRIPTION = "The ``evalgate`` console script: what is not a test run."
+
+
+def evalgate_commands() -> tuple[EvalgateCommand, ...]:
+    """Every subcommand, in ``evalgate --help`` order."""
+    return (
+        *evalgate_suite_commands(),
+        *evalgate_attest_commands(),
+        *evalgate_serve_commands(),
+        *evalgate_shard_plan_commands(),
+        *evalgate_k8s_commands(),
+    )
+
+
+def evalgate_build_parser() -> argparse.ArgumentParser:
+    """The argparse parser with every subcommand; a parsed namespace carries its command as
+    ``evalgate_command``."""
+    parser = argparse.ArgumentParser(prog="evalgate", description=_DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in evalgate_commands():
+        subparser = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(subparser)
+        subparser.set_defaults(evalgate_command=command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: parse ``argv`` (default ``sys.argv[1:]``), run the subcommand and
+    return its exit status (argparse itself exits 2 on unparsable options)."""
+    args = evalgate_build_parser().parse_args(argv)
+    command: EvalgateCommand = args.evalgate_command
+    return evalgate_run_command(command, args)

@@ -1,0 +1,71 @@
+"""``evalgate k8s render|run SUITE --image IMAGE ...``: print a suite's Indexed Job and
+aggregation Job as YAML, or submit them, follow every completion index and aggregate.
+
+``run`` passes when both Jobs completed; a failed Job, or an API that is unreachable or refuses
+(``EvalgateK8sError``), exits 1. A bad manifest, a plan for another N or an unpinned serving
+image exit 4 before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pytest_evalgate.cli.command import EvalgateCommand
+
+
+def evalgate_k8s_commands() -> tuple[EvalgateCommand, ...]:
+    """The ``k8s`` subcommand (with its own ``render`` and ``run``)."""
+    return (EvalgateCommand("k8s", "render or run a suite's Kubernetes Jobs", _arguments, _run),)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="k8s_command", required=True)
+    for name, text in (("render", "print the Jobs as YAML"), ("run", "submit, follow, aggregate")):
+        command = sub.add_parser(name, help=text, description=text)
+        command.add_argument("suite", help="suite folder or its evalgate.yaml")
+        command.add_argument("--shards", type=int, help="N (default: the manifest's shards)")
+        command.add_argument("--image", required=True, help="harness image (suite inside)")
+        command.add_argument("--serving-sidecar", action="store_true", help="GPU sidecar")
+        command.add_argument("--namespace", default="evalgate")
+        command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
+        command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
+    run = sub.choices["run"]
+    run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--poll", type=float, default=5.0, help="seconds between status polls")
+    run.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds for both Jobs")
+
+
+def _run(args: argparse.Namespace) -> bool:
+    import sys
+
+    from pytest_evalgate.k8s import evalgate_api, evalgate_run, evalgate_to_yaml
+
+    objects = _render(args)
+    if args.k8s_command == "render":
+        sys.stdout.write(evalgate_to_yaml(objects))
+        return True
+    api = evalgate_api(args.kubeconfig, args.context)
+    return evalgate_run(objects, api, args.poll, args.timeout, echo=print).ok
+
+
+def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render
+    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.shard import evalgate_manifest_plan
+
+    manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
+    shards = args.shards or manifest.shards
+    # a plan for another N would make every pod exit 4: refuse before anything is submitted
+    evalgate_manifest_plan(manifest, shards)
+    return evalgate_render(
+        manifest,
+        shards,
+        args.image,
+        serving_sidecar=args.serving_sidecar,
+        store_claim=args.store_claim,
+        namespace=args.namespace,
+        queue=args.queue or None,
+        options=EvalgateRenderOptions(suite_path=args.suite.rstrip("/")),
+    )

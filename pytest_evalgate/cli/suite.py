@@ -1,0 +1,94 @@
+"""``evalgate pin``, ``evalgate gate`` (alias ``aggregate``) and ``evalgate report``: a suite's
+manifest pin, its decision from what the store holds (no requests), and its re-rendered report.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from pytest_evalgate.cli.command import EvalgateCommand
+
+if TYPE_CHECKING:
+    from pytest_evalgate.decide import EvalgateOutcome
+
+
+def evalgate_suite_commands() -> tuple[EvalgateCommand, ...]:
+    """The suite subcommands, in ``evalgate --help`` order."""
+    gate_help = "gate what the store holds for a suite (no requests)"
+    report_help = "re-render report.md and forest.png from decision.json"
+    return (
+        EvalgateCommand("pin", "write the dataset sha256 into a suite's manifest", _suite, _pin),
+        EvalgateCommand("gate", gate_help, _gate_arguments, _gate),
+        EvalgateCommand("aggregate", "same as gate", _gate_arguments, _gate, label="gate"),
+        EvalgateCommand("report", report_help, _report_arguments, _report),
+    )
+
+
+def _suite(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("suite", help="suite folder or its evalgate.yaml")
+
+
+def _pin(args: argparse.Namespace) -> bool:
+    from pytest_evalgate.manifest import evalgate_manifest_path, evalgate_pin
+
+    digest = evalgate_pin(evalgate_manifest_path(args.suite))
+    print(f"pinned dataset sha256 {digest}")
+    return True
+
+
+def _gate_arguments(parser: argparse.ArgumentParser) -> None:
+    _suite(parser)
+    parser.add_argument("--store", default=".evalgate", help="result store root")
+    parser.add_argument("--policy", help="gate policy (default: the suite's gate.yaml)")
+    parser.add_argument("--report", help="write decision.json, report.md, forest.png here")
+    parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
+
+
+def _gate(args: argparse.Namespace) -> bool:
+    from pytest_evalgate.report import evalgate_summary_lines
+
+    outcome = _decide(args)
+    for line in [*evalgate_summary_lines(outcome.decision), *outcome.notes]:
+        print(line)
+    for path in outcome.written:
+        print(f"wrote {path}")
+    # the gate's own mapping (gate.evalgate_exit_status): pass, or partial with every rule passing
+    return outcome.exit_status == 0
+
+
+def _decide(args: argparse.Namespace) -> EvalgateOutcome:
+    from pytest_evalgate.aggregate import EvalgateSelection
+    from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.perf import evalgate_perf_phase
+    from pytest_evalgate.store import EvalgateLocalStore
+
+    manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
+    policy = evalgate_load_suite_policy(manifest, args.policy)
+    selection = EvalgateSelection(
+        tuple(manifest.candidates), tuple(case.case_id for case in manifest.cases)
+    )
+    backend = EvalgateLocalStore(args.store)
+    perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
+    return evalgate_decide(
+        backend, manifest, selection, policy,
+        report_dir=args.report, sign_key=args.sign_key, perf=perf,
+    )  # fmt: skip
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="folder holding decision.json")
+
+
+def _report(args: argparse.Namespace) -> bool:
+    import json
+    import os
+
+    from pytest_evalgate.report import evalgate_write_report
+
+    with open(os.path.join(args.directory, "decision.json"), encoding="utf-8") as handle:
+        decision = json.load(handle)
+    for path in evalgate_write_report(args.directory, decision):
+        print(f"wrote {path}")
+    return True
