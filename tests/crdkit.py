@@ -45,3 +45,17 @@ def crd_schemas(folder: Path, pattern: str) -> dict[tuple[str, str], JSON]:
             schema = crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
             schemas[(f"{group}/{version['name']}", kind)] = schema
     return schemas
+
+
+def crd_validators(folder: Path, patterns: list[str]) -> dict[tuple[str, str], Any]:
+    """A jsonschema validator per ``(apiVersion, kind)`` of the matching CRDs; each schema is
+    checked once here (``jsonschema.validate`` would re-check a large CRD schema on every call)."""
+    import jsonschema
+
+    validators: dict[tuple[str, str], Any] = {}
+    for pattern in patterns:
+        for key, schema in crd_schemas(folder, pattern).items():
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            validators[key] = cls(schema)
+    return validators

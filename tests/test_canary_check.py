@@ -28,6 +28,7 @@ from promkit import (
     prometheus_binary,
     wait_for,
 )
+from suitekit import write_suite
 
 from pytest_evalgate import gate
 from pytest_evalgate.canary import (
@@ -38,6 +39,7 @@ from pytest_evalgate.canary import (
     evalgate_traffic_query,
 )
 from pytest_evalgate.canary.check import EvalgateCanaryCheck
+from pytest_evalgate.cli import main
 from pytest_evalgate.errors import EvalgatePrometheusError
 
 pytestmark = pytest.mark.slow
@@ -63,13 +65,25 @@ SCENARIOS: dict[str, dict[str, Traffic | None]] = {
 }
 
 
-class World:
-    """The running Prometheus, the policy file and helpers shared by the tests."""
+Capsys = pytest.CaptureFixture[str]
 
-    def __init__(self, prom: EvalgatePromServer, policy_path: Path) -> None:
+
+class World:
+    """The running Prometheus, a suite whose gate.yaml holds the online rules, and helpers."""
+
+    def __init__(self, prom: EvalgatePromServer, suite: Path) -> None:
         self.prom = prom
-        self.policy_path = policy_path
-        self.policy = gate.evalgate_load_policy(policy_path)
+        self.suite = suite
+        self.policy = gate.evalgate_load_policy(suite / "gate.yaml")
+
+    def cli(self, capsys: Capsys, command: str, scenario: str, *extra: str) -> tuple[int, str, str]:
+        """``evalgate canary COMMAND SUITE --selector scenario=... [--prometheus URL] EXTRA``."""
+        argv = ["canary", command, str(self.suite), "--selector", f'scenario="{scenario}"']
+        if "--prometheus" not in extra:
+            argv += ["--prometheus", self.prom.url]
+        status = main([*argv, *extra])
+        out, err = capsys.readouterr()
+        return status, out, err
 
     def check(self, scenario: str, url: str | None = None, **kw: str) -> EvalgateCanaryCheck:
         with EvalgatePrometheus(url or self.prom.url) as prometheus:
@@ -86,14 +100,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "no prometheus binary (Debian package prometheus; scripts/_venv.sh installs it as root)"
         )
     folder = tmp_path_factory.mktemp("canary")
-    policy_path = folder / "gate.yaml"
-    policy_path.write_text(yaml.safe_dump(POLICY), encoding="utf-8")
+    suite = write_suite(
+        folder / "suite", {"candidate": "simulated://", "baseline": "simulated://"}, policy=POLICY
+    ).parent
     exporter = VllmExporter(SCENARIOS, seed=7)
     prom = EvalgatePromServer(binary, folder, [exporter.target])
     try:
         exporter.start()
         wait_for(prom.ready, 60, "prometheus /-/ready")
-        world = World(prom, policy_path)
+        world = World(prom, suite)
         _wait_for_a_full_window(world)
         yield world
     finally:
@@ -118,7 +133,18 @@ def results(check: EvalgateCanaryCheck) -> dict[str, str]:
     return {rule.rule.metric: rule.result for rule in check.rules}
 
 
-def test_a_canary_with_20_percent_more_ttft_fails_that_rule_only(world: World) -> None:
+def test_a_canary_with_20_percent_more_ttft_fails_that_rule_only(
+    world: World, capsys: Capsys
+) -> None:
+    status, out, err = world.cli(capsys, "check", "slow")
+    assert (status, err) == (1, "")
+    printed = {line.split()[0]: line for line in out.splitlines()[1:-1]}
+    assert "  fail  (canary " in printed["ttft_p95_ratio"]
+    others = set(printed) - {"ttft_p95_ratio"}
+    assert len(others) == len(ONLINE) - 1
+    for metric in others:
+        assert "  pass  (canary " in printed[metric], printed[metric]
+    assert out.splitlines()[-1] == "canary: fail (exit 1)"
     check = world.check("slow")
     assert results(check) == {
         "error_rate_delta": "pass",
@@ -136,7 +162,11 @@ def test_a_canary_with_20_percent_more_ttft_fails_that_rule_only(world: World) -
     assert lines[-1] == "canary: fail (exit 1)"
 
 
-def test_an_equal_canary_passes_every_rule(world: World) -> None:
+def test_an_equal_canary_passes_every_rule(world: World, capsys: Capsys) -> None:
+    status, out, err = world.cli(capsys, "check", "equal")
+    assert (status, err) == (0, "")
+    assert out.count("  pass  (canary ") == len(ONLINE)
+    assert out.splitlines()[-1] == "canary: pass (exit 0)"
     check = world.check("equal")
     assert set(results(check).values()) == {"pass"}
     assert (check.result, check.exit_status) == ("pass", 0)
@@ -148,7 +178,11 @@ def test_an_equal_canary_passes_every_rule(world: World) -> None:
         assert 0.93 < values[ratio] < 1.07
 
 
-def test_no_traffic_is_too_little_to_judge(world: World) -> None:
+def test_no_traffic_is_too_little_to_judge(world: World, capsys: Capsys) -> None:
+    status, out, err = world.cli(capsys, "check", "idle")
+    assert (status, err) == (2, "")
+    assert out.count("too little traffic: canary 0, stable 0 ") == len(ONLINE)
+    assert out.splitlines()[-1] == "canary: too little traffic (exit 2)"
     check = world.check("idle")
     assert set(results(check).values()) == {"too little traffic"}
     assert (check.result, check.exit_status) == ("too little traffic", 2)
@@ -158,7 +192,12 @@ def test_no_traffic_is_too_little_to_judge(world: World) -> None:
         assert "no canary traffic in the window" in line
 
 
-def test_a_trickle_of_canary_traffic_says_how_much_more_is_needed(world: World) -> None:
+def test_a_trickle_of_canary_traffic_says_how_much_more_is_needed(
+    world: World, capsys: Capsys
+) -> None:
+    status, out, _ = world.cli(capsys, "check", "trickle")
+    assert status == 2
+    assert "too little traffic: canary " in out and "more): raise the canary weight" in out
     check = world.check("trickle")
     by_metric = {rule.rule.metric: rule for rule in check.rules}
     ttft = by_metric["ttft_p95_ratio"]
@@ -174,23 +213,32 @@ def test_a_trickle_of_canary_traffic_says_how_much_more_is_needed(world: World) 
     assert check.exit_status == 2  # nothing judged failed, something could not be judged
 
 
-def test_the_check_runs_the_templates_queries_character_for_character(world: World) -> None:
-    selector = 'scenario="slow"'
-    rendered = evalgate_analysis_template(world.policy, "t", world.prom.url, selector=selector)
-    printed = yaml.safe_load(yaml.safe_dump(rendered))  # as the template is printed and applied
+def test_the_check_runs_the_templates_queries_character_for_character(
+    world: World, capsys: Capsys
+) -> None:
+    status, out, _ = world.cli(capsys, "template", "slow")
+    assert status == 0
+    printed = yaml.safe_load(out)  # the template as printed, and as Argo would read it
     template_queries = [m["provider"]["prometheus"]["query"] for m in printed["spec"]["metrics"]]
+    assert len(template_queries) == len(ONLINE)
     proxy = RecordingProxy(world.prom.url, [])
     try:
-        check = world.check("slow", url=proxy.url)
+        status, out, _ = world.cli(capsys, "check", "slow", "--prometheus", proxy.url)
     finally:
         proxy.close()
-    assert check.result == "fail"
+    assert status == 1
     sent = proxy.queries
     assert [q for q in sent if q in template_queries] == template_queries  # each once, in order
     traffic = [q for q in sent if q not in template_queries]
-    assert len(traffic) == 2 * len(template_queries)
+    assert len(traffic) == 2 * len(template_queries)  # canary and stable samples per rule
     assert all(q.startswith("sum(increase(") and q.endswith(" or vector(0)") for q in traffic)
-    assert [rule.query for rule in check.rules] == template_queries
+    assert [rule.query for rule in world.check("slow").rules] == template_queries
+    assert (
+        evalgate_analysis_template(world.policy, "x", world.prom.url, selector='scenario="slow"')[
+            "spec"
+        ]["metrics"][1]["provider"]["prometheus"]["query"]
+        == template_queries[1]
+    )
 
 
 def test_a_window_override_reaches_every_query(world: World) -> None:
@@ -201,10 +249,13 @@ def test_a_window_override_reaches_every_query(world: World) -> None:
     assert check.result in ("pass", "too little traffic")
 
 
-def test_unreachable_prometheus_is_an_error_naming_it() -> None:
+def test_unreachable_prometheus_exits_1_naming_it(world: World, capsys: Capsys) -> None:
     from promkit import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
+    status, out, err = world.cli(capsys, "check", "equal", "--prometheus", url, "--timeout", "2")
+    assert (status, out) == (1, "")
+    assert err.startswith(f"evalgate canary: cannot query Prometheus at {url}: ")
     refused = pytest.raises(EvalgatePrometheusError, match=f"cannot query Prometheus at {url}")
     with EvalgatePrometheus(url, timeout_s=2) as prometheus, refused:
         prometheus.query("up", 0)

@@ -21,7 +21,11 @@ from typing import Any
 import httpx
 
 from pytest_evalgate.canary.analysis import evalgate_online_rules_of
-from pytest_evalgate.canary.plan import EvalgatePlanAssumptions, evalgate_traffic_scale
+from pytest_evalgate.canary.plan import (
+    EvalgatePlanAssumptions,
+    evalgate_duration_text,
+    evalgate_traffic_scale,
+)
 from pytest_evalgate.canary.promql import evalgate_rule_query, evalgate_traffic_query
 from pytest_evalgate.errors import EvalgatePrometheusError
 from pytest_evalgate.gate import EvalgatePolicy
@@ -229,7 +233,7 @@ def _more_needed(rule: EvalgateRuleCheck) -> str:
     scale = rule.traffic_scale
     need = math.ceil(scale * rule.canary_samples)
     more = need - math.ceil(rule.canary_samples)
-    longer = _duration(scale * evalgate_duration_seconds(rule.window))
+    longer = evalgate_duration_text(scale * evalgate_duration_seconds(rule.window))
     return (
         f"judging {rule.rule.bound} {rule.rule.threshold:g} needs about {scale:.1f}x that "
         f"(about {need:,} canary samples in the window, {more:,} more): raise the canary "
@@ -239,14 +243,6 @@ def _more_needed(rule: EvalgateRuleCheck) -> str:
 
 def _number(value: float) -> str:
     return "NaN" if math.isnan(value) else f"{value:.4g}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{math.ceil(seconds)}s"
-    if seconds < 7200:
-        return f"{math.ceil(seconds / 60)}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _clock(at: float) -> str:

@@ -221,3 +221,45 @@ def _check_plan_inputs(
     for key, ok, reason in checks:
         if not ok:
             raise EvalgateConfigError(_SOURCE, key, reason)
+
+
+# --------------------------------------------------------------------------- what to print
+
+
+def evalgate_duration_text(seconds: float) -> str:
+    """``45s``, ``38m`` or ``2.7h`` (rounded up to the unit shown)."""
+    if seconds < 120:
+        return f"{math.ceil(seconds)}s"
+    if seconds < 7200:
+        return f"{math.ceil(seconds / 60)}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def evalgate_plan_lines(plan: EvalgatePlan) -> list[str]:
+    """The plan for a terminal: traffic, bake, test, formula and variance assumption."""
+    assumed, unit = plan.assumptions, _unit(plan)
+    sampled = f" x sample {_percent(plan.sample)}" if plan.sample < 1.0 else ""
+    per_second = plan.rate * plan.weight * plan.sample
+    stable = plan.rate * (1 - plan.weight) * plan.sample
+    return [
+        f"canary plan: {plan.metric}, effect {plan.effect:g} (E = {plan.scale:.4g} in the test)",
+        f"traffic: {plan.rate:,.6g} req/s x weight {_percent(plan.weight)}{sampled} = "
+        f"{per_second:,.4g} {unit}/s ({plan.canary_per_hour:,.0f} an hour); stable {stable:,.4g}/s",
+        f"bake: {evalgate_duration_text(plan.bake_s)} ({plan.bake_s:,.0f} s), holding "
+        f"{plan.n_canary:,.0f} {unit} and {plan.n_stable:,.0f} stable",
+        f"an hour at this weight: {plan.canary_per_hour:,.0f} {unit}, {plan.n_canary:,.0f} needed "
+        f"({'enough' if plan.bake_s <= 3600 else 'not enough'})",
+        f"test: one-sided z-test at alpha {assumed.alpha:g} with power {assumed.power:g}; "
+        f"z_(1-alpha) + z_power = {assumed.z:.3f}",
+        "formula: t = (z_(1-alpha) + z_power)^2 * (var_canary / W + var_stable / (1 - W))"
+        " / (R * S * E^2)",
+        f"variance: {plan.variance_assumption}",
+    ]
+
+
+def _unit(plan: EvalgatePlan) -> str:
+    return "canary requests" if plan.sample >= 1.0 else "sampled canary requests"
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:g}%"

@@ -53,19 +53,19 @@ def evalgate_selector(text: str | None) -> str:
     """Validate extra label matchers (``namespace="serve-a",model_name="m"``); return them
     normalised (no spaces around commas) or ``""``. ``version`` is the queries' own label.
 
-    Raises ``EvalgateConfigError`` for anything that is not a comma-separated list of
-    ``label OP "value"`` with OP one of ``= != =~ !~``.
+    Raises ``EvalgateConfigError`` (source ``selector``, key the offending matcher) for anything
+    that is not a comma-separated list of ``label OP "value"`` with OP one of ``= != =~ !~``.
     """
     if not text or not text.strip():
         return ""
     parts = [part.strip() for part in _split_matchers(text)]
     for part in parts:
         if not _MATCHER.fullmatch(part):
-            reason = f'{part!r} is not a label matcher like namespace="serve-a"'
-            raise EvalgateConfigError("selector", "selector", reason)
+            reason = 'not a label matcher like namespace="serve-a"'
+            raise EvalgateConfigError("selector", part, reason)
         if re.match(r"\s*version\s*[=!]", part):
             reason = "version is set by each query (canary or stable)"
-            raise EvalgateConfigError("selector", "selector", reason)
+            raise EvalgateConfigError("selector", part, reason)
     return ",".join(parts)
 
 
