@@ -207,8 +207,10 @@ def test_a_trickle_of_canary_traffic_says_how_much_more_is_needed(
     assert {rule.result for rule in check.rules} <= {"pass", "too little traffic"}
     line = next(line for line in evalgate_check_lines(check) if line.startswith("ttft_p95_ratio"))
     need = math.ceil(ttft.traffic_scale * ttft.canary_samples)
+    more = need - round(ttft.canary_samples)
+    assert f"canary {round(ttft.canary_samples):,}, stable " in line
     assert f"needs about {ttft.traffic_scale:.1f}x that" in line
-    assert f"about {need:,} canary samples in the window" in line
+    assert f"(about {need:,} canary requests in the window, {more:,} more)" in line
     assert "raise the canary weight, or bake and check over a window of about" in line
     assert check.exit_status == 2  # nothing judged failed, something could not be judged
 

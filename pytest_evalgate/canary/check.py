@@ -218,10 +218,13 @@ def evalgate_rule_line(rule: EvalgateRuleCheck) -> str:
     return f"{head}  {rule.result}: {samples}; {_more_needed(rule)}"
 
 
+def _unit(rule: EvalgateRuleCheck) -> str:
+    return "judged requests" if rule.rule.metric == "judge_score_delta" else "requests"
+
+
 def _samples(rule: EvalgateRuleCheck) -> str:
-    unit = "judged requests" if rule.rule.metric == "judge_score_delta" else "requests"
     counts = f"canary {rule.canary_samples:,.0f}, stable {rule.stable_samples:,.0f}"
-    return f"{counts} {unit} in {rule.window}"
+    return f"{counts} {_unit(rule)} in {rule.window}"
 
 
 def _more_needed(rule: EvalgateRuleCheck) -> str:
@@ -232,11 +235,11 @@ def _more_needed(rule: EvalgateRuleCheck) -> str:
         return "the query gave NaN: a side has requests but no samples of this metric"
     scale = rule.traffic_scale
     need = math.ceil(scale * rule.canary_samples)
-    more = need - math.ceil(rule.canary_samples)
+    more = need - round(rule.canary_samples)  # against the count as printed
     longer = evalgate_duration_text(scale * evalgate_duration_seconds(rule.window))
     return (
         f"judging {rule.rule.bound} {rule.rule.threshold:g} needs about {scale:.1f}x that "
-        f"(about {need:,} canary samples in the window, {more:,} more): raise the canary "
+        f"(about {need:,} canary {_unit(rule)} in the window, {more:,} more): raise the canary "
         f"weight, or bake and check over a window of about {longer}"
     )
 
