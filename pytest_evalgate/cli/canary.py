@@ -149,9 +149,9 @@ def _load(args: argparse.Namespace) -> tuple[EvalgateManifest, EvalgatePolicy]:
 
 
 def _slug(manifest: EvalgateManifest) -> str:
-    import re
+    from pytest_evalgate.k8s import evalgate_suite_slug
 
-    return re.sub(r"[^a-z0-9-]+", "-", manifest.suite.lower()).strip("-")[:50] or "suite"
+    return evalgate_suite_slug(manifest.suite)
 
 
 def _template(args: argparse.Namespace) -> bool:
