@@ -19,13 +19,14 @@ the offline verdict; ``gate.evalgate_load_policy`` validates them with the rest 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import pydantic
 
-from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 
 # metric -> the bound it takes ("max": larger is worse; "min": smaller is worse)
 EVALGATE_ONLINE_METRICS: Mapping[str, str] = {
@@ -65,6 +66,14 @@ class EvalgateOnlineRule:
     def holds(self, value: float) -> bool:
         """Whether a measured ``value`` satisfies the bound (NaN never does)."""
         return value <= self.threshold if self.bound == "max" else value >= self.threshold
+
+
+def evalgate_duration(text: str, source: str, key: str) -> str:
+    """``text`` when it is a duration like ``30s``, ``10m`` or ``2h``; else
+    ``EvalgateConfigError(source, key, reason)``."""
+    if not re.fullmatch(EVALGATE_DURATION_PATTERN, text):
+        raise EvalgateConfigError(source, key, f"a duration like 30s, 10m or 2h (got {text!r})")
+    return text
 
 
 def evalgate_duration_seconds(text: str) -> int:

@@ -215,7 +215,7 @@ def test_rollout_names_and_bakes_can_be_given(tmp_path: Path, capsys: Capsys) ->
     ("argv", "message"),
     [
         (["--bake", "10m,10m"], "evalgate canary: canary rollout: bakes: one bake per weight"),
-        (["--bake", "ten"], "bakes: a duration like 30m"),
+        (["--bake", "ten"], "bakes: a duration like 30s, 10m or 2h (got 'ten')"),
         (["--name", "Sup"], "rollout: a lowercase DNS label"),
         (["--opt-out-header", "bad header=x"], "opt_out_header: an HTTP header name"),
         (["--opt-out-header", "x-canary"], "opt_out_value: 1 to 4096 characters"),

@@ -424,7 +424,7 @@ def test_rollback_without_namespace_has_no_namespace_flag() -> None:
         ({"route": "a" * 64}, "route", "at most 63"),
         ({"gateway": "gw_1"}, "gateway", "DNS label"),
         ({"bakes": ("10m", "10m")}, "bakes", "one bake per weight"),
-        ({"bakes": ("10m", "10m", "1 h", "10m")}, "bakes", "a duration like 30m"),
+        ({"bakes": ("10m", "10m", "1 h", "10m")}, "bakes", "a duration like 30s, 10m or 2h"),
         ({"target_port": 0}, "target_port", "a port"),
         ({"epp_port": 65536}, "epp_port", "a port"),
         ({"opt_out_header": "x canary"}, "opt_out_header", "an HTTP header name"),

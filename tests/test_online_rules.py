@@ -14,6 +14,7 @@ from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.online import (
     EVALGATE_ONLINE_METRICS,
     EvalgateOnlineRule,
+    evalgate_duration,
     evalgate_duration_seconds,
     evalgate_online_rules,
 )
@@ -236,3 +237,12 @@ def test_holds_compares_on_the_bound_side_and_never_holds_for_nan(
     rule: EvalgateOnlineRule, value: float, holds: bool
 ) -> None:
     assert rule.holds(value) is holds
+
+
+@pytest.mark.parametrize("text", ["10", "10min", "0s", "1h30m", "-5m", "5 m", "1d", ""])
+def test_a_bad_duration_is_a_config_error_naming_source_and_key(text: str) -> None:
+    with pytest.raises(EvalgateConfigError) as caught:
+        evalgate_duration(text, "--window", "window")
+    assert (caught.value.source, caught.value.key) == ("--window", "window")
+    assert f"a duration like 30s, 10m or 2h (got {text!r})" == caught.value.reason
+    assert evalgate_duration("45s", "x", "y") == "45s"

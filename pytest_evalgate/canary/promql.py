@@ -77,7 +77,11 @@ def _split_matchers(text: str) -> list[str]:
 def evalgate_rule_query(
     rule: EvalgateOnlineRule, window: str | None = None, selector: str = ""
 ) -> str:
-    """The PromQL of ``rule`` over ``window`` (default: the rule's), canary against stable."""
+    """The PromQL of ``rule`` over ``window`` (default: the rule's), canary against stable.
+
+    ``window`` and ``selector`` are pasted into the query: pass them through
+    ``online.evalgate_duration`` and ``evalgate_selector`` first (the commands do).
+    """
     return _BUILDERS[rule.metric](window or rule.window, selector)
 
 

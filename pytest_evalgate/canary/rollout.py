@@ -26,7 +26,7 @@ from typing import Any
 
 from pytest_evalgate.canary.analysis import EVALGATE_MANAGED_BY
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.online import EVALGATE_DURATION_PATTERN
+from pytest_evalgate.online import evalgate_duration
 
 EVALGATE_CANARY_WEIGHTS = (1, 5, 25, 50)
 _POOL_GROUP = "inference.networking.k8s.io"
@@ -67,8 +67,7 @@ def evalgate_check_rollout_options(options: EvalgateRolloutOptions) -> None:
         reason = f"one bake per weight {EVALGATE_CANARY_WEIGHTS} (got {len(options.bakes)})"
         raise EvalgateConfigError(source, "bakes", reason)
     for bake in options.bakes:
-        if not re.fullmatch(EVALGATE_DURATION_PATTERN, bake):
-            raise EvalgateConfigError(source, "bakes", f"a duration like 30m (got {bake!r})")
+        evalgate_duration(bake, source, "bakes")
     _ports_and_header(source, options)
 
 

@@ -169,16 +169,9 @@ def _template(args: argparse.Namespace) -> bool:
 
 
 def _window(text: str | None) -> str | None:
-    import re
+    from pytest_evalgate.online import evalgate_duration
 
-    from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.online import EVALGATE_DURATION_PATTERN
-
-    if text is not None and not re.fullmatch(EVALGATE_DURATION_PATTERN, text):
-        raise EvalgateConfigError(
-            "--window", "window", f"a duration like 30s, 10m or 2h (got {text!r})"
-        )
-    return text
+    return None if text is None else evalgate_duration(text, "--window", "window")
 
 
 def _rollout(args: argparse.Namespace) -> bool:
