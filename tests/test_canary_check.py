@@ -125,7 +125,9 @@ def _wait_for_a_full_window(world: World) -> None:
         for scenario in ("slow", "equal")
         for version in ("canary", "stable")
     ]
-    expected = 200 * 15 * 0.85  # 200 requests/s over 15 s, less the window's edges
+    # 200 requests/s over 15 s, less the window's edges and a loaded machine's lag; 2,250 per
+    # side already judges every rule here (traffic factor <= 0.7)
+    expected = 200 * 15 * 0.75
     wait_for(lambda: all(world.prom.value(q) > expected for q in queries), 90, "a full window")
 
 
@@ -175,7 +177,7 @@ def test_an_equal_canary_passes_every_rule(world: World, capsys: Capsys) -> None
     values = {rule.rule.metric: rule.value for rule in check.rules}
     assert abs(values["error_rate_delta"]) < 0.01 and abs(values["judge_score_delta"]) < 0.02
     for ratio in ("ttft_p95_ratio", "tpot_p95_ratio", "output_length_ratio"):
-        assert 0.93 < values[ratio] < 1.07
+        assert 0.9 < values[ratio] <= 1.1  # over 3 standard errors from either bound
 
 
 def test_no_traffic_is_too_little_to_judge(world: World, capsys: Capsys) -> None:
