@@ -1,10 +1,9 @@
-"""CustomResourceDefinitions as strict JSON Schemas, for offline validation in tests.
+"""CRDs from ``../shared/crds`` as strict JSON Schemas (the recipe of that folder's README).
 
-``../shared/crds/README.md`` describes the recipe: take each served version's
-``openAPIV3Schema``, map ``nullable`` to a null type and ``x-kubernetes-int-or-string`` to
-integer-or-string, and close every object that lists ``properties`` (and does not preserve
-unknown fields) with ``additionalProperties: false``, as ``kubectl --validate=strict`` does. CEL
-rules (``x-kubernetes-validations``) are not run.
+``nullable`` becomes a null type, ``x-kubernetes-int-or-string`` integer-or-string, and every
+object that lists ``properties`` without ``x-kubernetes-preserve-unknown-fields`` gets
+``additionalProperties: false``, so unknown fields fail as with ``kubectl --validate=strict``.
+CEL rules (``x-kubernetes-validations``) are not run.
 """
 
 from __future__ import annotations
@@ -14,11 +13,12 @@ from typing import Any
 
 import yaml
 
+CRDS = Path(__file__).resolve().parents[2] / "shared" / "crds"
 JSON = dict[str, Any]
 
 
 def crd_to_jsonschema(node: Any) -> Any:
-    """openAPIV3Schema -> JSON Schema: nullable, int-or-string, and closed objects (strict)."""
+    """One openAPIV3Schema node (recursively) as strict JSON Schema."""
     if isinstance(node, list):
         return [crd_to_jsonschema(item) for item in node]
     if not isinstance(node, dict):
@@ -33,6 +33,14 @@ def crd_to_jsonschema(node: Any) -> Any:
     if node.get("nullable") and "type" in out:
         out["type"] = [out["type"], "null"]
     return out
+
+
+def crd_schema(file_name: str, version: str) -> dict[str, Any]:
+    """The strict schema of ``version`` in the CRD file ``file_name`` of ``../shared/crds``."""
+    crd = yaml.safe_load((CRDS / file_name).read_text(encoding="utf-8"))
+    (found,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema: dict[str, Any] = crd_to_jsonschema(found["schema"]["openAPIV3Schema"])
+    return schema
 
 
 def crd_schemas(folder: Path, pattern: str) -> dict[tuple[str, str], JSON]:
