@@ -32,6 +32,7 @@ from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
@@ -71,7 +72,10 @@ class EvalgateRule:
 
 @dataclass(frozen=True)
 class EvalgatePolicy:
-    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest."""
+    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
+
+    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
+    """
 
     version: str
     rules: tuple[EvalgateRule, ...]
@@ -82,10 +86,12 @@ class EvalgatePolicy:
     candidate: str = "candidate"
     baseline: str = "baseline"
     source: str = "gate.yaml"
+    online: tuple[EvalgateOnlineRule, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised policy (defaults filled in) as builtins, without ``source``."""
-        return {
+        """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
+        only when there are online rules (so policies without them keep their digest)."""
+        out = {
             "version": self.version,
             "confidence": self.confidence,
             "correction": self.correction,
@@ -94,6 +100,9 @@ class EvalgatePolicy:
             "baseline": self.baseline,
             "rules": [rule.to_dict() for rule in self.rules],
         }
+        if self.online:
+            out["online"] = [rule.to_dict() for rule in self.online]
+        return out
 
 
 def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
@@ -169,6 +178,7 @@ class _Policy(pydantic.BaseModel):
     candidate: str = "candidate"
     baseline: str = "baseline"
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
+    online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
 
 
 def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
@@ -176,7 +186,8 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
 
     Unknown keys, rules or metrics, wrong types (no string-to-number coercion), out-of-range
     values, a missing ``version`` or an empty ``rules`` list are refused. Slices are checked
-    against the suite's categories later, by ``evalgate_evaluate``.
+    against the suite's categories later, by ``evalgate_evaluate``. ``online:`` rules (SPEC
+    section 15) are checked by ``online.evalgate_online_rules``, with keys like ``online[1].max``.
     """
     source = str(path)
     try:
@@ -229,6 +240,7 @@ def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
         candidate=model.candidate,
         baseline=model.baseline,
         source=source,
+        online=evalgate_online_rules(model.online, source),
     )
 
 

@@ -1,8 +1,8 @@
 """Kubernetes: the kustomize tree, rendered Jobs, their schemas, and runs against loopback APIs.
 
 Built-in kinds validate with ``kubernetes_validate`` (strict, 1.30.0 and 1.33.0). Kueue kinds
-validate against the CRDs in ``../shared/crds`` (converted to JSON Schema below; skipped with a
-reason when that folder is absent); ResourceFlavor against a small hand-written schema. No
+validate against the CRDs in ``../shared/crds`` (turned into JSON Schema by ``crdkit``; skipped
+with a reason when that folder is absent); ResourceFlavor against a small hand-written schema. No
 kustomize binary exists here, so ``_kustomize_build`` applies the subset this tree uses:
 ``resources`` (files and directories) and ``patches`` holding JSON6902 operations.
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import crdkit
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from crdkit import crd_to_jsonschema
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
@@ -141,17 +141,6 @@ def test_kustomize_subset_applies_and_refuses() -> None:
 # --- validation --------------------------------------------------------------------------------
 
 
-def _crd_schemas() -> dict[tuple[str, str], JSON]:
-    schemas: dict[tuple[str, str], JSON] = {}
-    for path in sorted(CRDS.glob("kueue.x-k8s.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            schema = crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
-            schemas[(f"{group}/{version['name']}", kind)] = schema
-    return schemas
-
-
 # No CRD for ResourceFlavor ships in shared/: this covers the v1beta1 spec fields by hand.
 _RESOURCE_FLAVOR = {
     "type": "object",
@@ -184,7 +173,7 @@ _RESOURCE_FLAVOR = {
 def crd_schemas() -> dict[tuple[str, str], JSON]:
     if not CRDS.is_dir():
         pytest.skip(f"{CRDS} is absent (a plain clone has no shared/crds): Kueue CRDs unchecked")
-    return _crd_schemas()
+    return crdkit.crd_schemas(CRDS, "kueue.x-k8s.io_*.yaml")
 
 
 def _validate(obj: JSON, crd_schemas: dict[tuple[str, str], JSON]) -> None:
