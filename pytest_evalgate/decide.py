@@ -28,6 +28,7 @@ from pytest_evalgate.gate import (
     evalgate_load_policy,
     evalgate_verdict,
 )
+from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.report import evalgate_decision, evalgate_write_report
@@ -69,6 +70,8 @@ def evalgate_decide(
     """
     pair = evalgate_pair(manifest, policy)
     aggregate = evalgate_aggregate(backend, manifest, selection, pair)
+    if policy.baseline is None and aggregate.gate_input is not None:
+        aggregate.gate_input = evalgate_single_view(aggregate.gate_input)
     if perf is not None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
     gate = _evaluate(manifest, policy, aggregate)
@@ -91,13 +94,17 @@ def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None)
 
 
 def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
-    """(candidate, baseline) names the policy compares, checked against the manifest."""
-    for role, name in (("candidate", policy.candidate), ("baseline", policy.baseline)):
+    """(candidate, baseline) names the policy compares, checked against the manifest.
+
+    A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
+    are refused at load, and ``evalgate_decide`` blanks the mirrored baseline side."""
+    baseline = policy.candidate if policy.baseline is None else policy.baseline
+    for role, name in (("candidate", policy.candidate), ("baseline", baseline)):
         if name not in manifest.candidates:
             known = ", ".join(manifest.candidates)
             reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
             raise EvalgatePolicyError(policy.source, role, reason)
-    return (policy.candidate, policy.baseline)
+    return (policy.candidate, baseline)
 
 
 def _evaluate(

@@ -280,8 +280,8 @@ class EvalgatePlugin:
     ) -> EvalgatePerfResult | None:
         """The load phase (SPEC section 8): reused from the store, else run when ``run`` and
         requests are allowed. It runs after the eval phase, so the two do not compete."""
-        if manifest.perf is None:
-            return None
+        if manifest.perf is None or pair[0] == pair[1]:
+            return None  # no load phase without a baseline (a single-model policy)
         if self.aggregate_only or not run:
             return evalgate_perf_phase(self.backend, manifest, None, pair)
         pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
