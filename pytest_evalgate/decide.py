@@ -19,6 +19,11 @@ from pytest_evalgate.attest import (
     evalgate_statement,
     evalgate_write_envelope,
 )
+from pytest_evalgate.contamination import (
+    evalgate_contaminated_verdict,
+    evalgate_contamination_note,
+    evalgate_contamination_record,
+)
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
@@ -77,9 +82,14 @@ def evalgate_decide(
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
+    verdict = evalgate_contaminated_verdict(verdict, aggregate.canary_identities)
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
+    if aggregate.canary_identities:
+        decision["contamination"] = evalgate_contamination_record(aggregate.canary_identities)
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     written, notes = _publish(decision, report_dir, sign_key)
+    if aggregate.canary_identities:
+        notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 
