@@ -9,13 +9,21 @@ logic is returned unchanged (the same function object).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from pytest_evalgate.simulated.draws import evalgate_sim_uniform
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
-if TYPE_CHECKING:
-    from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, EvalgateSimAsk
+
+class _Salted(Protocol):
+    """What the leak reads of an ask (``styles.EvalgateSimAsk``): its draws key."""
+
+    @property
+    def salt(self) -> tuple[Any, ...]: ...
+
+
+_Ask = TypeVar("_Ask", bound=_Salted)
 
 
 def evalgate_sim_leaks(config: EvalgateSimConfig, salt: tuple[object, ...]) -> bool:
@@ -26,13 +34,13 @@ def evalgate_sim_leaks(config: EvalgateSimConfig, salt: tuple[object, ...]) -> b
 
 
 def evalgate_sim_canary_answerer(
-    config: EvalgateSimConfig, inner: EvalgateSimAnswerer
-) -> EvalgateSimAnswerer:
+    config: EvalgateSimConfig, inner: Callable[[_Ask], str]
+) -> Callable[[_Ask], str]:
     """``inner``, with the canary appended (after a space) to the asks that leak."""
     if not config.canary or config.canary_rate <= 0.0:
         return inner
 
-    def answer(ask: EvalgateSimAsk) -> str:
+    def answer(ask: _Ask) -> str:
         text = inner(ask)
         return f"{text} {config.canary}" if evalgate_sim_leaks(config, ask.salt) else text
 
