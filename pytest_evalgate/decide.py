@@ -19,6 +19,11 @@ from pytest_evalgate.attest import (
     evalgate_statement,
     evalgate_write_envelope,
 )
+from pytest_evalgate.contamination import (
+    evalgate_contaminated_verdict,
+    evalgate_contamination_note,
+    evalgate_contamination_record,
+)
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
@@ -28,10 +33,12 @@ from pytest_evalgate.gate import (
     evalgate_load_policy,
     evalgate_verdict,
 )
+from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.report import evalgate_decision, evalgate_write_report
 from pytest_evalgate.store import EvalgateStoreBackend
+from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_record, evalgate_tier_spec
 
 EVALGATE_POLICY_NAME = "gate.yaml"
 EVALGATE_ENVELOPE_NAME = "decision.dsse.json"
@@ -61,22 +68,35 @@ def evalgate_decide(
     report_dir: str | None = None,
     sign_key: str | None = None,
     perf: EvalgatePerfResult | None = None,
+    tier: str | None = None,
 ) -> EvalgateOutcome:
     """Aggregate ``selection`` from the store, gate it with ``policy``, report and sign.
 
     With ``perf`` (the load phase's result), perf rules are judged on its samples, measured over
-    one window for both sides, instead of the eval requests' timings.
+    one window for both sides, instead of the eval requests' timings. With ``tier`` (a name of
+    the manifest's ``tiers``) the selection is complete when it is the tier's cases, and the
+    decision records the tier and is never attestable.
     """
     pair = evalgate_pair(manifest, policy)
     aggregate = evalgate_aggregate(backend, manifest, selection, pair)
+    if policy.baseline is None and aggregate.gate_input is not None:
+        aggregate.gate_input = evalgate_single_view(aggregate.gate_input)
+    tier_record = None if tier is None else _tier(manifest, selection, aggregate, tier)
     if perf is not None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
+    verdict = evalgate_contaminated_verdict(verdict, aggregate.canary_identities)
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
+    if aggregate.canary_identities:
+        decision["contamination"] = evalgate_contamination_record(aggregate.canary_identities)
+    if tier_record is not None:
+        decision.update(tier=tier_record, attestable=False)
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     written, notes = _publish(decision, report_dir, sign_key)
+    if aggregate.canary_identities:
+        notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 
@@ -91,13 +111,17 @@ def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None)
 
 
 def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
-    """(candidate, baseline) names the policy compares, checked against the manifest."""
-    for role, name in (("candidate", policy.candidate), ("baseline", policy.baseline)):
+    """(candidate, baseline) names the policy compares, checked against the manifest.
+
+    A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
+    are refused at load, and ``evalgate_decide`` blanks the mirrored baseline side."""
+    baseline = policy.candidate if policy.baseline is None else policy.baseline
+    for role, name in (("candidate", policy.candidate), ("baseline", baseline)):
         if name not in manifest.candidates:
             known = ", ".join(manifest.candidates)
             reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
             raise EvalgatePolicyError(policy.source, role, reason)
-    return (policy.candidate, policy.baseline)
+    return (policy.candidate, baseline)
 
 
 def _evaluate(
@@ -114,6 +138,20 @@ def _evaluate(
         # incomplete whatever the rules say, so gate what it holds instead of refusing the policy.
         return evalgate_evaluate(_held_rules(policy, data), data)
     return evalgate_evaluate(policy, data)
+
+
+def _tier(
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    aggregate: EvalgateAggregate,
+    name: str,
+) -> dict[str, Any]:
+    """Judge completeness against the tier's cases (not the suite's); the decision's ``tier``."""
+    spec = evalgate_tier_spec(manifest.tiers, name, manifest.path)
+    members = {c.case_id for c in manifest.cases if evalgate_tier_member(spec, c.case_id)}
+    whole = set(selection.candidates) == set(manifest.candidates)
+    aggregate.partial = not whole or set(selection.case_ids) != members
+    return evalgate_tier_record(name, spec, len(members), len(manifest.cases))
 
 
 def _check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:

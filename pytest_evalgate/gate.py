@@ -31,6 +31,13 @@ import pydantic
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.gate_single import (
+    EvalgateMaxRateSpec,
+    EvalgateMinRateSpec,
+    evalgate_check_single,
+    evalgate_max_rate,
+    evalgate_min_rate,
+)
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
 from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
@@ -44,6 +51,8 @@ _THRESHOLD_KEYS = {
     "floor": "max_rate",
     "perf_ratio": "max_ratio",
     "max_delta": "max_delta",
+    "min_rate": "min",
+    "max_rate": "max",
 }
 
 
@@ -84,7 +93,7 @@ class EvalgatePolicy:
     resamples: int = 10_000
     seed: int = 0
     candidate: str = "candidate"
-    baseline: str = "baseline"
+    baseline: str | None = "baseline"  # None: a single-model policy (gate_single.py)
     source: str = "gate.yaml"
     online: tuple[EvalgateOnlineRule, ...] = ()
 
@@ -158,7 +167,14 @@ class _MaxDelta(pydantic.BaseModel):
 
 
 _AnyRule = Annotated[
-    _NonInferior | _MustImprove | _NoRegression | _Floor | _PerfRatio | _MaxDelta,
+    _NonInferior
+    | _MustImprove
+    | _NoRegression
+    | _Floor
+    | _PerfRatio
+    | _MaxDelta
+    | EvalgateMinRateSpec
+    | EvalgateMaxRateSpec,
     pydantic.Field(discriminator="rule"),
 ]
 
@@ -176,7 +192,7 @@ class _Policy(pydantic.BaseModel):
     correction: Literal["none", "bonferroni", "holm", "bh"] = "holm"
     bootstrap: _Bootstrap = _Bootstrap()
     candidate: str = "candidate"
-    baseline: str = "baseline"
+    baseline: str | None = "baseline"
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
     online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
 
@@ -203,17 +219,21 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
     except pydantic.ValidationError as error:
         key, reason = _describe(error.errors()[0])
         raise EvalgatePolicyError(source, key, reason) from None
-    return _to_policy(model, source)
+    policy = _to_policy(model, source)
+    evalgate_check_single(source, policy.baseline, policy.rules)
+    return policy
 
 
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     """Turn pydantic's first error into ``("rules[3].margin", reason)``."""
     parts: list[str] = []
+    previous: Any = None
     for part in error["loc"]:
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif part not in _THRESHOLD_KEYS:  # the discriminator's tag is not a key of the file
-            parts.append(f".{part}")
+        elif not (isinstance(previous, int) and part in _THRESHOLD_KEYS):
+            parts.append(f".{part}")  # the discriminator's tag (after an index) is not a key
+        previous = part
     key = "".join(parts).lstrip(".") or "<root>"
     kind = error["type"]
     if kind == "union_tag_invalid":
@@ -444,6 +464,8 @@ def _evaluate_one(
         return _floor(item, policy, gate_input)
     if kind == "perf_ratio":
         return _perf(item, policy, gate_input)
+    if kind in ("min_rate", "max_rate"):
+        return _single(item, policy, gate_input)
     return _max_delta(item, policy, gate_input)
 
 
@@ -680,7 +702,7 @@ def _max_delta(
 ) -> EvalgateRuleResult:
     max_delta = float(item.rule.threshold or 0.0)
     cand = _rate(gate_input.error_rates, policy.candidate, "candidate")
-    base_rate = _rate(gate_input.error_rates, policy.baseline, "baseline")
+    base_rate = _rate(gate_input.error_rates, str(policy.baseline), "baseline")
     base = _base(item, threshold=max_delta)
     if cand is None or base_rate is None:
         return dataclasses.replace(
@@ -701,6 +723,22 @@ def _rate(rates: Mapping[str, tuple[int, int]], name: str, role: str) -> float |
     # The contract keys error_rates by role; a policy naming its candidates may also key by name.
     errored, expected = rates.get(role, rates.get(name, (0, 0)))
     return errored / expected if expected else None
+
+
+def _single(
+    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+) -> EvalgateRuleResult:
+    threshold = float(item.rule.threshold or 0.0)
+    if item.rule.rule == "max_rate":
+        errored, expected = gate_input.error_rates.get("candidate", (0, 0))
+        return dataclasses.replace(_base(item), **evalgate_max_rate(errored, expected, threshold))
+    mask = _slice_mask(gate_input, item.target)
+    trials = int(np.asarray(gate_input.candidate_trials)[mask].sum())
+    passed = trials - int(np.asarray(gate_input.candidate_fail_counts)[mask].sum())
+    clusters = np.unique(np.asarray(gate_input.clusters).astype(str)[mask]).size
+    base = _base(item, n_cases=int(mask.sum()), n_clusters=clusters)
+    numbers = evalgate_min_rate(passed, trials, threshold, policy.confidence)
+    return dataclasses.replace(base, **numbers)
 
 
 # --------------------------------------------------------------------------- verdict

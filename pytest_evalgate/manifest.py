@@ -147,6 +147,12 @@ class _Perf(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
+class _Tier(_Strict):
+    fraction: float = Field(gt=0, le=1)
+    seed: int = Field(default=0, ge=0)
+    policy: str | None = None
+
+
 class _Manifest(_Strict):
     evalgate: Literal[1]
     suite: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -164,6 +170,7 @@ class _Manifest(_Strict):
     judge: _Judge | None = None
     perf: _Perf | None = None
     canary: str | None = None
+    tiers: dict[str, _Tier] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,7 @@ class EvalgateManifest:
     definition: Mapping[str, Any]
     definition_digest: str
     cases: tuple[EvalgateCase, ...] = field(repr=False)
+    tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -270,6 +278,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         definition=definition,
         definition_digest=evalgate_sha256_hex(definition),
         cases=cases,
+        tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
     )
 
 

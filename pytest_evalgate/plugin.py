@@ -44,6 +44,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="restrict to these candidates (repeatable)",
     )
     group.addoption(
+        "--evalgate-tier",
+        default=None,
+        metavar="NAME",
+        help="run and gate only the manifest's tier NAME (never a full-suite verdict)",
+    )
+    group.addoption(
         "--evalgate-aggregate",
         action="store_true",
         default=False,

@@ -41,7 +41,7 @@ def evalgate_decision(
         "dataset": {"revision": manifest.dataset_revision, "sha256": manifest.dataset_sha256},
         "policy": {"version": policy.version, "digest": evalgate_policy_digest(policy)},
         "candidate": _side(manifest.candidates.get(policy.candidate)),
-        "baseline": _side(manifest.candidates.get(policy.baseline)),
+        "baseline": _side(manifest.candidates.get(policy.baseline or "")),
         "counts": _counts(aggregate),
         "rates": _rates(aggregate),
         "rules": [] if gate is None else [rule.to_dict() for rule in gate.rules],

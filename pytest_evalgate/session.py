@@ -68,6 +68,7 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
+from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_policy, evalgate_tier_spec
 from pytest_evalgate.usage import evalgate_usage_errors
 
 _LOG = logging.getLogger("pytest_evalgate")
@@ -87,6 +88,10 @@ class EvalgateSuite:
             extra.update(found or {})
         self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
         self.threshold = evalgate_threshold(options, path)
+        tier = config.getoption("evalgate_tier")
+        if tier is not None and policy_path is None:  # a tier's own policy, if it names one
+            spec = evalgate_tier_spec(self.manifest.tiers, tier, path)
+            policy_path = evalgate_tier_policy(spec, self.manifest.suite_dir)
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
         found = evalgate_policy_path(self.manifest, policy_path)
@@ -158,6 +163,7 @@ class EvalgatePlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
         if self.config_errors:
             raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
+        self._select_tier(config, items)
         if not self.topology.sharded:
             return
         keep: list[Any] = []
@@ -168,6 +174,27 @@ class EvalgatePlugin:
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+
+    def _select_tier(self, config: pytest.Config, items: list[Any]) -> None:
+        """Deselect the cases outside ``--evalgate-tier`` (an unknown tier: usage error)."""
+        name = config.getoption("evalgate_tier")
+        if name is None:
+            return
+        keep: list[Any] = []
+        drop: list[Any] = []
+        for item in items:
+            mine = not isinstance(item, EvalgateItem) or self._in_tier(item, name)
+            (keep if mine else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def _in_tier(self, item: EvalgateItem, name: str) -> bool:
+        suite = self.suites[item.suite_path]
+        assert suite is not None
+        with evalgate_usage_errors():
+            spec = evalgate_tier_spec(suite.manifest.tiers, name, suite.manifest.path)
+        return evalgate_tier_member(spec, item.case.case_id)
 
     def _in_shard(self, item: EvalgateItem) -> bool:
         topology = self.topology
@@ -266,6 +293,7 @@ class EvalgatePlugin:
                 report_dir=self.config.getoption("evalgate_report"),
                 sign_key=self.config.getoption("evalgate_sign_key"),
                 perf=perf,
+                tier=self.config.getoption("evalgate_tier"),
             )
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
@@ -280,8 +308,8 @@ class EvalgatePlugin:
     ) -> EvalgatePerfResult | None:
         """The load phase (SPEC section 8): reused from the store, else run when ``run`` and
         requests are allowed. It runs after the eval phase, so the two do not compete."""
-        if manifest.perf is None:
-            return None
+        if manifest.perf is None or pair[0] == pair[1]:
+            return None  # no load phase without a baseline (a single-model policy)
         if self.aggregate_only or not run:
             return evalgate_perf_phase(self.backend, manifest, None, pair)
         pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))

@@ -25,6 +25,7 @@ from pytest_evalgate.cli.command import (
     evalgate_run_command,
     evalgate_verdict_status,
 )
+from pytest_evalgate.cli.contamination import evalgate_contamination_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
@@ -58,6 +59,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_registry_commands(),
         *evalgate_admission_commands(),
         *evalgate_canary_commands(),
+        *evalgate_contamination_commands(),
     )
 
 

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
-_UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter"})
+_UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"})
 _CATEGORY_PREFIX = "accuracy."
 
 
@@ -49,6 +49,9 @@ class EvalgateSimConfig:
     fail_rate: float = 0.0
     hang_first: int = 0
     hang_s: float = EVALGATE_SIM_HANG_LIMIT_S
+    canary: str | None = None  # text appended to an answer with probability canary_rate
+    canary_rate: float = 0.0
+    service_slots: int = 0  # server-side concurrency limit (0: none); the rest queue
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""
@@ -83,6 +86,8 @@ def _sim_parse_bool(text: str) -> bool:
 def _sim_parse_value(kind: str, text: str) -> Any:
     if kind == "bool":
         return _sim_parse_bool(text)
+    if kind.startswith("str"):
+        return text
     number: float = int(text) if kind.startswith("int") else float(text)
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"expected a finite number >= 0, got {text!r}")
@@ -150,6 +155,12 @@ def evalgate_sim_config_url(config: EvalgateSimConfig) -> str:
     for name in _sim_knob_types():
         value = getattr(config, name)
         if value != getattr(default, name):
-            pairs.append((name, str(int(value)) if isinstance(value, bool) else repr(value)))
+            pairs.append((name, _sim_knob_text(value)))
     pairs += [(f"accuracy.{name}", repr(value)) for name, value in config.accuracy_by_category]
     return "simulated://?" + urlencode(pairs)
+
+
+def _sim_knob_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    return value if isinstance(value, str) else repr(value)

@@ -24,6 +24,7 @@ from pytest_evalgate.simulated.answers import (
     evalgate_prompt_digest,
     evalgate_sim_keyed_answer,
 )
+from pytest_evalgate.simulated.canary import evalgate_sim_canary_answerer
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
@@ -71,5 +72,6 @@ def evalgate_sim_key_answerer(
 
 
 def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> EvalgateSimAnswerer:
-    """The answer logic ``config`` selects; today every config selects the answer-key style."""
-    return evalgate_sim_key_answerer(config, key)
+    """The answer logic ``config`` selects: the answer-key style, with the canary knobs' leak
+    (``canary.py``) around it when they ask for one."""
+    return evalgate_sim_canary_answerer(config, evalgate_sim_key_answerer(config, key))
