@@ -363,7 +363,14 @@ def evalgate_verify(envelope: Mapping[str, Any], public_key_pem_path: str) -> di
 
     Raises :class:`EvalgateSignatureError` naming the reason (bad base64, wrong payloadType,
     unknown key id, signature mismatch, not a statement, unattestable decision)."""
-    public_key = evalgate_load_public_key(public_key_pem_path)
+    return evalgate_verify_with_key(envelope, evalgate_load_public_key(public_key_pem_path))
+
+
+def evalgate_verify_with_key(
+    envelope: Mapping[str, Any], public_key: ec.EllipticCurvePublicKey
+) -> dict[str, Any]:
+    """:func:`evalgate_verify` with a loaded key (callers that verify many envelopes load the
+    key once); same checks, same errors."""
     return _parse_statement(_verify_body(envelope, public_key))
 
 
@@ -523,16 +530,31 @@ def evalgate_verify_override(
     verify_key = decision_key_pem_path or public_key_pem_path
     decision = evalgate_verify(decision_envelope, verify_key)
     override = evalgate_verify(override_envelope, public_key_pem_path)
+    evalgate_check_override(override, decision, evalgate_payload_sha256(decision_envelope), now)
+    return override
+
+
+def evalgate_check_override(
+    override: Mapping[str, Any],
+    decision: Mapping[str, Any],
+    decision_payload_sha256: str,
+    now: datetime | None = None,
+    *,
+    window: bool = True,
+) -> None:
+    """The checks of :func:`evalgate_verify_override` after both signatures verified: the
+    override's predicateType, its link to the decision (payload sha256 and subject) and, with
+    ``window``, ``issued_at <= now < expires_at``. Raises :class:`EvalgateSignatureError`."""
     if override.get("predicateType") != EVALGATE_OVERRIDE_TYPE:
         raise EvalgateSignatureError(
             f"the override's predicateType is not {EVALGATE_OVERRIDE_TYPE}"
         )
-    _check_link(override["predicate"], decision, evalgate_payload_sha256(decision_envelope))
-    _check_window(override["predicate"], _utc_now(now))
-    return override
+    _check_link(override["predicate"], decision, decision_payload_sha256)
+    if window:
+        _check_window(override["predicate"], _utc_now(now))
 
 
-def _check_link(predicate: dict[str, Any], decision: dict[str, Any], payload_hex: str) -> None:
+def _check_link(predicate: dict[str, Any], decision: Mapping[str, Any], payload_hex: str) -> None:
     linked = predicate.get("decision")
     if not isinstance(linked, dict) or linked.get("payload_sha256") != payload_hex:
         raise EvalgateSignatureError("the override names another decision (payload sha256)")

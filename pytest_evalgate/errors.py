@@ -5,9 +5,14 @@
     EvalgateError                      base; the runner raises it itself when its child process
     │                                  fails or stops, or a record cannot be committed
     ├── EvalgateConfigError            a manifest, policy, option, plan or key file is wrong
-    │   └── EvalgatePolicyError        gate.yaml is wrong
+    │   ├── EvalgatePolicyError        gate.yaml is wrong
+    │   └── EvalgateSandboxUnavailableError  no sandbox works here (says how to get one)
     ├── EvalgateStoreError             the result store cannot be written or claimed
+    │   └── EvalgateIntegrityError     stored results contradict each other (a pair judged twice)
+    ├── EvalgateSandboxError           an execution's sandbox could not be set up (category sandbox)
     ├── EvalgateSignatureError         a signed decision record or override does not verify
+    ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
+    ├── EvalgateAdmissionError         an AdmissionReview request is malformed
     └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
@@ -37,14 +42,46 @@ class EvalgatePolicyError(EvalgateConfigError):
     """The gate policy file is invalid."""
 
 
+class EvalgateSandboxUnavailableError(EvalgateConfigError):
+    """No requested isolation works on this machine; ``reason`` says how to get a sandbox."""
+
+
 class EvalgateStoreError(EvalgateError):
     """The result store cannot be written (a segment commit failed) or no generation can be
     claimed."""
 
 
+class EvalgateIntegrityError(EvalgateStoreError):
+    """Stored results contradict each other (for example one pair judged twice)."""
+
+
+class EvalgateSandboxError(EvalgateError):
+    """A sandbox for one code execution could not be set up or did not start.
+
+    Never a wrong answer: the identity has no result (``category`` is ``"sandbox"``, as in a
+    record's ``error``) and is retried by the next run. What the answer's code did is an outcome
+    (``passed``, ``tests_failed``, ``timeout``, ``memory``, ``crashed``), not this error.
+    """
+
+    category = "sandbox"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(f"sandbox: {message}")
+
+
 class EvalgateSignatureError(EvalgateError):
     """A signed decision record or an override fails verification, or a decision that must not
     be signed (not attestable, not pass/fail) was given to sign."""
+
+
+class EvalgateRegistryError(EvalgateError):
+    """A registry transition is refused, or a digest's chain of entries does not verify
+    (edited, removed, reordered or foreign entries); the message names the entry and reason."""
+
+
+class EvalgateAdmissionError(EvalgateError):
+    """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
 
 
 class EvalgateK8sError(EvalgateError):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
+from pytest_evalgate.manifest import evalgate_base_url_env
 
 EVALGATE_STORE_MOUNT = "/store"
 EVALGATE_SIDECAR_PORT = 8000
@@ -274,11 +275,6 @@ def _harness_env(
     if local:
         env.append({"name": evalgate_base_url_env(opts.sidecar_candidate), "value": _local_url()})
     return env
-
-
-def evalgate_base_url_env(candidate: str) -> str:
-    """The env var that overrides a candidate's ``base_url`` (the sidecar sets it to localhost)."""
-    return "PYTEST_EVALGATE_BASE_URL_" + re.sub(r"[^A-Z0-9]", "_", candidate.upper())
 
 
 def _local_url() -> str:

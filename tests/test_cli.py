@@ -152,9 +152,12 @@ def test_declared_usage_errors_exit_4_and_only_for_that_command(capsys: Capsys) 
         evalgate_run_command(_command(_raising(gone)), argparse.Namespace())
 
 
-def test_only_serve_and_shard_plan_declare_usage_errors() -> None:
+def test_only_the_serving_and_file_writing_commands_declare_usage_errors() -> None:
     declared = {c.name: c.usage_errors for c in evalgate_commands() if c.usage_errors}
-    assert declared == {"serve": (OSError,), "shard-plan": (OSError,)}
+    assert declared == {
+        "serve": (OSError,), "shard-plan": (OSError,), "registry": (OSError,),
+        "admission": (OSError,),
+    }  # fmt: skip
 
 
 def test_an_unwritable_plan_is_a_usage_error(tmp_path: Path, capsys: Capsys) -> None:
@@ -265,7 +268,7 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     names = [command.name for command in evalgate_commands()]
     assert names == [
         "pin", "gate", "aggregate", "report", "keygen", "verify", "override", "serve",
-        "shard-plan", "k8s",
+        "shard-plan", "k8s", "registry", "admission",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

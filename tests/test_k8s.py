@@ -32,12 +32,12 @@ from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
 from pytest_evalgate.k8s import (
     EvalgateRenderOptions,
     evalgate_api,
-    evalgate_base_url_env,
     evalgate_index_phases,
     evalgate_progress_line,
     evalgate_render,
     evalgate_run,
 )
+from pytest_evalgate.manifest import evalgate_base_url_env
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "k8s"

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
 PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
-    "endpoints", "scheduler", "cli",
+    "endpoints", "scheduler", "cli", "registry", "admission",
 }  # fmt: skip
 EDGE = "cli"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from pytest_evalgate.cli.admission import evalgate_admission_commands
 from pytest_evalgate.cli.attest import evalgate_attest_commands
 from pytest_evalgate.cli.command import (
     EVALGATE_EXIT_FAIL,
@@ -22,6 +23,7 @@ from pytest_evalgate.cli.command import (
     evalgate_verdict_status,
 )
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
+from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
 from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
 from pytest_evalgate.cli.suite import evalgate_suite_commands
@@ -49,6 +51,8 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_serve_commands(),
         *evalgate_shard_plan_commands(),
         *evalgate_k8s_commands(),
+        *evalgate_registry_commands(),
+        *evalgate_admission_commands(),
     )
 
 

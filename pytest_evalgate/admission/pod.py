@@ -1,0 +1,136 @@
+"""Which weights a Pod references (SPEC section 14).
+
+A Pod references weights through
+
+- an image volume (``spec.volumes[].image.reference``) whose repository path has a ``models``
+  segment before its last one, e.g. ``registry.example/models/support@sha256:<hex>``;
+- a container, init container or ephemeral container image with such a path (a "modelcar"
+  image that carries the weights);
+- the annotation ``evalgate.dev/weights-digest: sha256:<hex>`` (several digests may be given,
+  separated by commas), for weights the Pod loads some other way.
+
+Contract: :func:`evalgate_pod_weights` returns every reference with its digest, or with the
+``problem`` that keeps it from being gated (a tag instead of a digest, a digest that is not
+``sha256:`` and 64 lowercase hex digits, an empty annotation). It never raises on a strange Pod:
+missing or mistyped fields are skipped, since the API server has validated the Pod's schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+EVALGATE_WEIGHTS_ANNOTATION = "evalgate.dev/weights-digest"
+EVALGATE_MODELS_SEGMENT = "models"
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+@dataclass(frozen=True)
+class EvalgateWeightsRef:
+    """One weights reference: where it is (``source``), what is written there
+    (``reference``), its digest (None when it has none) and why it cannot be gated."""
+
+    source: str
+    reference: str
+    digest: str | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class EvalgateImageName:
+    """An image reference split into repository, tag and digest (either may be None)."""
+
+    repository: str
+    tag: str | None
+    digest: str | None
+
+
+def evalgate_split_image(reference: str) -> EvalgateImageName:
+    """Split ``[host[:port]/]path[:tag][@algorithm:hex]``; a colon after the last slash starts
+    the tag (a colon before it belongs to the registry's port)."""
+    name, _, digest = reference.partition("@")
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        return EvalgateImageName(name[:colon], name[colon + 1 :], digest or None)
+    return EvalgateImageName(name, None, digest or None)
+
+
+def evalgate_image_is_weights(reference: str) -> bool:
+    """True when the repository path has a ``models`` segment before its last segment."""
+    segments = evalgate_split_image(reference).repository.split("/")
+    return EVALGATE_MODELS_SEGMENT in segments[:-1]
+
+
+def evalgate_image_ref(source: str, reference: str) -> EvalgateWeightsRef:
+    """The weights reference of an image: its digest, or the problem (tag, bad digest)."""
+    image = evalgate_split_image(reference)
+    if image.digest is None:
+        tag = image.tag or "latest (implied)"
+        problem = (
+            f"references weights by tag ({tag}), not by digest: "
+            f"use {image.repository}@sha256:<digest>"
+        )
+        return EvalgateWeightsRef(source, reference, None, problem)
+    if not _DIGEST.fullmatch(image.digest):
+        problem = f"digest {image.digest!r} is not sha256:<64 lowercase hex>"
+        return EvalgateWeightsRef(source, reference, None, problem)
+    return EvalgateWeightsRef(source, reference, image.digest)
+
+
+def evalgate_pod_weights(pod: Mapping[str, Any]) -> list[EvalgateWeightsRef]:
+    """Every weights reference of ``pod``: image volumes, container images and the
+    annotation, in that order (duplicates kept: each names its own source)."""
+    spec = _mapping(pod.get("spec"))
+    return [*_volume_refs(spec), *_container_refs(spec), *_annotation_refs(pod)]
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> Iterator[Mapping[str, Any]]:
+    if isinstance(value, list):
+        yield from (item for item in value if isinstance(item, Mapping))
+
+
+def _volume_refs(spec: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+    for volume in _items(spec.get("volumes")):
+        reference = _mapping(volume.get("image")).get("reference")
+        if isinstance(reference, str) and evalgate_image_is_weights(reference):
+            yield evalgate_image_ref(f'image volume "{volume.get("name")}"', reference)
+
+
+def _container_refs(spec: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+    for field in _CONTAINER_LISTS:
+        for container in _items(spec.get(field)):
+            image = container.get("image")
+            if isinstance(image, str) and evalgate_image_is_weights(image):
+                yield evalgate_image_ref(f'{_singular(field)} "{container.get("name")}"', image)
+
+
+def _singular(field: str) -> str:
+    return {"initContainers": "init container", "ephemeralContainers": "ephemeral container"}.get(
+        field, "container"
+    )
+
+
+def _annotation_refs(pod: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    if EVALGATE_WEIGHTS_ANNOTATION not in annotations:
+        return
+    value = annotations[EVALGATE_WEIGHTS_ANNOTATION]
+    source = f"annotation {EVALGATE_WEIGHTS_ANNOTATION}"
+    parts = [part.strip() for part in str(value).split(",")]
+    if not any(parts):
+        yield EvalgateWeightsRef(source, str(value), None, "the annotation is empty")
+        return
+    for part in parts:
+        if _DIGEST.fullmatch(part):
+            yield EvalgateWeightsRef(source, part, part)
+        else:
+            problem = f"{part!r} is not a weights digest sha256:<64 lowercase hex> (a tag?)"
+            yield EvalgateWeightsRef(source, part, None, problem)

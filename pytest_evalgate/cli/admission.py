@@ -1,0 +1,82 @@
+"""``evalgate admission serve --key PUB --registry PATH --registry-key PUB --tls-cert PEM
+--tls-key PEM [--port 8443]``: the validating admission webhook (SPEC section 14), until
+SIGTERM or SIGINT.
+
+It listens on all interfaces (``PYTEST_EVALGATE_ADMISSION_HOST`` names another address) and,
+once listening, prints ``EVALGATE_ADMISSION_READY https://HOST:PORT`` on stdout, flushed
+(``--port 0`` picks a free port). The namespaces whose Pods are checked come from
+``PYTEST_EVALGATE_ADMISSION_NAMESPACES`` (comma-separated patterns, default ``serve-*``).
+Every denial is logged on stderr. Unusable keys, certificates, registry folder or port exit 4
+before anything listens; a clean stop exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from pytest_evalgate.cli.command import EvalgateCommand
+
+if TYPE_CHECKING:
+    from pytest_evalgate.admission import EvalgateAdmissionServer
+
+EVALGATE_ADMISSION_READY = "EVALGATE_ADMISSION_READY"
+EVALGATE_ADMISSION_HOST_ENV = "PYTEST_EVALGATE_ADMISSION_HOST"
+
+
+def evalgate_admission_commands() -> tuple[EvalgateCommand, ...]:
+    """The ``admission`` subcommand (with its own ``serve``)."""
+    text = "run the validating admission webhook"
+    return (EvalgateCommand("admission", text, _arguments, _run, usage_errors=(OSError,)),)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="admission_command", required=True)
+    serve = sub.add_parser("serve", help="serve POST /validate and GET /healthz over HTTPS")
+    serve.add_argument("--key", required=True, metavar="PUB", help="the gate's public key")
+    serve.add_argument("--registry", required=True, metavar="PATH", help="registry folder")
+    serve.add_argument("--registry-key", required=True, metavar="PUB", help="registry public key")
+    serve.add_argument("--tls-cert", required=True, metavar="PEM", help="serving certificate")
+    serve.add_argument("--tls-key", required=True, metavar="PEM", help="its private key")
+    serve.add_argument("--port", type=int, default=8443, help="port (0: any free port)")
+
+
+def _run(args: argparse.Namespace) -> bool:
+    import logging
+    import os
+
+    from pytest_evalgate.admission import (
+        EVALGATE_ADMISSION_NAMESPACES_ENV,
+        EvalgateAdmission,
+        EvalgateAdmissionConfig,
+        EvalgateAdmissionServer,
+        evalgate_admission_namespaces,
+    )
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    namespaces = evalgate_admission_namespaces(os.environ.get(EVALGATE_ADMISSION_NAMESPACES_ENV))
+    config = EvalgateAdmissionConfig(args.key, args.registry, args.registry_key, namespaces)
+    host = os.environ.get(EVALGATE_ADMISSION_HOST_ENV, "0.0.0.0")
+    server = EvalgateAdmissionServer(
+        EvalgateAdmission(config), args.tls_cert, args.tls_key, host=host, port=args.port
+    )
+    _serve_until_signalled(server)
+    return True
+
+
+def _serve_until_signalled(server: EvalgateAdmissionServer) -> None:
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in signals}
+    try:
+        server.start()
+        print(f"{EVALGATE_ADMISSION_READY} {server.url}", flush=True)
+        while not stop.wait(timeout=1.0):  # a timed wait lets the signal handler run promptly
+            pass
+    finally:
+        server.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,422 @@
+"""Agreement between the pinned judge and people: Cohen's kappa, confusion, bootstrap; golden sets.
+
+Contracts
+---------
+- Labels are categories from an ordered tuple ``labels``: the scale's points for pointwise
+  judging (``scale.evalgate_points()``), ``EVALGATE_PREFERENCES = ("A", "tie", "B")`` for pairwise
+  preferences. The confusion matrix has people (the golden label) in rows and the judge in
+  columns, in that order.
+- Cohen's kappa ``1 - sum(W * O) / sum(W * E)`` with ``O`` the confusion counts, ``E[i, j] =
+  row_i * col_j / n`` and ``W[i, j] = 1 - [i == j]`` (unweighted) or ``(i - j)^2``
+  (``"quadratic"``, for ordinal scales; ``i, j`` are positions in ``labels``, so pass every point
+  of the scale). It equals ``sklearn.metrics.cohen_kappa_score(human, judge, labels=labels,
+  weights=None | "quadratic")``. It is NaN when ``sum(W * E) = 0`` (both raters used one single
+  category: chance explains everything).
+- The interval is a percentile bootstrap that resamples **clusters** of golden rows (by
+  default each row its own cluster; the golden-set helpers cluster by ``case_id``, since rows
+  of one case share its input), seeded and reproducible; a resample whose kappa is undefined
+  counts as 0 (no agreement beyond chance), which can only lower the bound.
+- A pointwise judge's score becomes a label by rounding half up to the nearest scale point
+  (``evalgate_pointwise_label``).
+- The golden set is JSON Lines: pointwise rows ``{"case_id", "output", "label"}`` (an integer
+  point of the scale), pairwise rows ``{"case_id", "output_a", "output_b", "preferred"}``
+  (``"A"``, ``"B"`` or ``"tie"``). Every problem is an ``EvalgateConfigError(path, "line N: key",
+  reason)``; blank lines are skipped; an empty set is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.judge.parse import EvalgateWinner
+from pytest_evalgate.judge.spec import EvalgateJudgedEvaluator, EvalgateJudgeScale
+from pytest_evalgate.stats import EvalgateSeed, evalgate_percentile_interval, evalgate_rng
+
+EVALGATE_PREFERENCES: tuple[EvalgateWinner, ...] = ("A", "tie", "B")
+EvalgateKappaWeights = Literal["none", "quadratic"]
+FloatArray = npt.NDArray[np.float64]
+
+# Resample-by-cluster multiplicities materialised at once (rows x clusters), as in stats.py.
+_CHUNK_ELEMENTS = 1 << 20
+_POINTWISE_KEYS = frozenset({"case_id", "output", "label"})
+_PAIRWISE_KEYS = frozenset({"case_id", "output_a", "output_b", "preferred"})
+
+
+@dataclass(frozen=True)
+class EvalgateGoldenPointwise:
+    """One human label: the case whose input the judge sees, the answer, its score."""
+
+    case_id: str
+    output: str
+    label: int
+    line: int
+
+
+@dataclass(frozen=True)
+class EvalgateGoldenPairwise:
+    """One human preference between two answers to a case's input."""
+
+    case_id: str
+    output_a: str
+    output_b: str
+    preferred: EvalgateWinner
+    line: int
+
+
+@dataclass(frozen=True)
+class EvalgateAgreement:
+    """Judge versus people on ``n`` golden rows (see the module contract)."""
+
+    n: int
+    labels: tuple[Hashable, ...]
+    weights: EvalgateKappaWeights
+    raw_agreement: float
+    kappa: float
+    lo: float
+    hi: float
+    confidence: float
+    resamples: int
+    confusion: tuple[tuple[int, ...], ...]
+
+    def evalgate_json(self) -> dict[str, Any]:
+        """Builtins for ``decision.json`` and the ``judge-agreement`` command (NaN -> None)."""
+        return {
+            "n": self.n,
+            "labels": list(self.labels),
+            "weights": self.weights,
+            "raw_agreement": _finite(self.raw_agreement),
+            "kappa": _finite(self.kappa),
+            "interval": [_finite(self.lo), _finite(self.hi)],
+            "confidence": self.confidence,
+            "resamples": self.resamples,
+            "confusion": [list(row) for row in self.confusion],
+        }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+# --------------------------------------------------------------------------- kappa
+
+
+def evalgate_confusion(
+    human: Sequence[Hashable], judge: Sequence[Hashable], labels: Sequence[Hashable]
+) -> npt.NDArray[np.int64]:
+    """Counts ``[i, j]`` of rows labelled ``labels[i]`` by people and ``labels[j]`` by the judge."""
+    size = len(labels)
+    codes = _codes(human, judge, labels)
+    return np.bincount(codes, minlength=size * size).reshape(size, size).astype(np.int64)
+
+
+def _codes(
+    human: Sequence[Hashable], judge: Sequence[Hashable], labels: Sequence[Hashable]
+) -> npt.NDArray[np.int64]:
+    if len(human) != len(judge):
+        raise ValueError(f"{len(human)} human labels but {len(judge)} judge labels")
+    index = {label: position for position, label in enumerate(labels)}
+    unknown = sorted({repr(x) for x in (*human, *judge) if x not in index})
+    if unknown:
+        raise ValueError(f"labels not among {list(labels)!r}: {', '.join(unknown)}")
+    pairs = [index[h] * len(labels) + index[j] for h, j in zip(human, judge, strict=True)]
+    return np.array(pairs, dtype=np.int64)
+
+
+def evalgate_kappa_weights(size: int, weights: EvalgateKappaWeights) -> FloatArray:
+    """The disagreement weights ``W`` for ``size`` ordered categories."""
+    positions = np.arange(size, dtype=np.float64)
+    if weights == "quadratic":
+        return np.asarray((positions[:, None] - positions[None, :]) ** 2, dtype=np.float64)
+    if weights == "none":
+        return 1.0 - np.eye(size, dtype=np.float64)
+    raise ValueError(f"weights must be 'none' or 'quadratic', not {weights!r}")
+
+
+def evalgate_kappa_from_confusion(
+    confusion: npt.ArrayLike, weights: EvalgateKappaWeights = "none"
+) -> float:
+    """Cohen's kappa of one confusion matrix (NaN when undefined)."""
+    matrix = np.asarray(confusion, dtype=np.float64)
+    size = matrix.shape[0]
+    kappas = _kappas(matrix.reshape(1, size, size), evalgate_kappa_weights(size, weights))
+    return float(kappas[0])
+
+
+def evalgate_cohen_kappa(
+    human: Sequence[Hashable],
+    judge: Sequence[Hashable],
+    labels: Sequence[Hashable],
+    weights: EvalgateKappaWeights = "none",
+) -> float:
+    """Cohen's kappa between people and the judge over ``labels`` (see the module contract)."""
+    return evalgate_kappa_from_confusion(evalgate_confusion(human, judge, labels), weights)
+
+
+def _kappas(confusions: FloatArray, weight: FloatArray) -> FloatArray:
+    """Kappa of each ``(K, K)`` matrix in a ``(B, K, K)`` stack; NaN where undefined."""
+    total = confusions.sum(axis=(1, 2))
+    rows, cols = confusions.sum(axis=2), confusions.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = rows[:, :, None] * cols[:, None, :] / total[:, None, None]
+        observed_cost = (weight * confusions).sum(axis=(1, 2))
+        chance_cost = (weight * expected).sum(axis=(1, 2))
+        kappas = 1.0 - observed_cost / chance_cost
+    return np.where((total > 0) & (chance_cost > 0), kappas, math.nan)
+
+
+# --------------------------------------------------------------------------- the interval
+
+
+def evalgate_kappa_bootstrap(
+    codes: npt.ArrayLike,
+    size: int,
+    clusters: npt.ArrayLike,
+    weights: EvalgateKappaWeights,
+    resamples: int,
+    seed: EvalgateSeed,
+) -> FloatArray:
+    """Kappas of ``resamples`` cluster resamples of rows coded ``human * size + judge``.
+
+    Resample b draws ``C`` clusters uniformly with replacement (``C`` = distinct clusters, in
+    sorted label order, the same draw as ``stats.evalgate_bootstrap_totals``) and adds up the
+    drawn clusters' confusion matrices. An undefined kappa counts as 0.
+    """
+    per_cluster = _cluster_confusions(np.asarray(codes, dtype=np.int64), size, clusters)
+    count = per_cluster.shape[0]
+    weight = evalgate_kappa_weights(size, weights)
+    rng = evalgate_rng(seed)
+    rows = max(1, _CHUNK_ELEMENTS // max(count, 1))
+    out = np.empty(resamples, dtype=np.float64)
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        drawn = _multiplicities(rng.integers(0, count, size=(stop - start, count)), count)
+        stacked = (drawn @ per_cluster).reshape(stop - start, size, size)
+        out[start:stop] = _kappas(stacked, weight)
+    return np.nan_to_num(out, nan=0.0)
+
+
+def _cluster_confusions(
+    codes: npt.NDArray[np.int64], size: int, clusters: npt.ArrayLike
+) -> FloatArray:
+    _, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+    inverse = inverse.ravel()
+    cells = size * size
+    flat = np.bincount(inverse * cells + codes, minlength=(inverse.max() + 1) * cells)
+    return flat.reshape(-1, cells).astype(np.float64)
+
+
+def _multiplicities(index: npt.NDArray[np.int64], count: int) -> FloatArray:
+    """How often each cluster was drawn in each row of ``index``."""
+    rows = index.shape[0]
+    offsets = index + (np.arange(rows, dtype=np.int64) * count)[:, None]
+    return np.bincount(offsets.ravel(), minlength=rows * count).reshape(rows, count).astype(float)
+
+
+def evalgate_agreement(
+    human: Sequence[Hashable],
+    judge: Sequence[Hashable],
+    labels: Sequence[Hashable],
+    *,
+    weights: EvalgateKappaWeights,
+    clusters: Sequence[Hashable] | None = None,
+    resamples: int = 10000,
+    seed: EvalgateSeed = 0,
+    confidence: float = 0.95,
+) -> EvalgateAgreement:
+    """Raw agreement, kappa with its cluster-bootstrap interval, and the confusion matrix."""
+    if not human:
+        raise ValueError("agreement needs at least one labelled row")
+    codes = _codes(human, judge, labels)
+    size = len(labels)
+    confusion = np.bincount(codes, minlength=size * size).reshape(size, size)
+    groups = np.arange(len(human)) if clusters is None else np.asarray(clusters, dtype=object)
+    boot = evalgate_kappa_bootstrap(codes, size, groups.astype(str), weights, resamples, seed)
+    lo, hi = evalgate_percentile_interval(boot, confidence)
+    return EvalgateAgreement(
+        n=len(human),
+        labels=tuple(labels),
+        weights=weights,
+        raw_agreement=float(np.trace(confusion)) / len(human),
+        kappa=evalgate_kappa_from_confusion(confusion, weights),
+        lo=lo,
+        hi=hi,
+        confidence=confidence,
+        resamples=resamples,
+        confusion=tuple(tuple(int(x) for x in row) for row in confusion),
+    )
+
+
+def evalgate_pointwise_label(score: float, scale: EvalgateJudgeScale) -> int:
+    """A judge's score as a category: the nearest scale point, halves rounded up."""
+    return min(scale.max, max(scale.min, math.floor(score + 0.5)))
+
+
+def evalgate_pointwise_agreement(
+    golden: Sequence[EvalgateGoldenPointwise],
+    judge_scores: Sequence[float],
+    scale: EvalgateJudgeScale,
+    *,
+    resamples: int = 10000,
+    seed: EvalgateSeed = 0,
+    confidence: float = 0.95,
+) -> EvalgateAgreement:
+    """Quadratic-weighted agreement of a judge's scores with the golden labels, by case."""
+    judged = [evalgate_pointwise_label(score, scale) for score in judge_scores]
+    human = [row.label for row in golden]
+    clusters = [row.case_id for row in golden]
+    points = scale.evalgate_points()
+    return evalgate_agreement(
+        human,
+        judged,
+        points,
+        weights="quadratic",
+        clusters=clusters,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
+
+
+def evalgate_pairwise_agreement(
+    golden: Sequence[EvalgateGoldenPairwise],
+    judge_preferences: Sequence[EvalgateWinner],
+    *,
+    resamples: int = 10000,
+    seed: EvalgateSeed = 0,
+    confidence: float = 0.95,
+) -> EvalgateAgreement:
+    """Unweighted agreement of a judge's preferences with the golden ones, by case."""
+    human = [row.preferred for row in golden]
+    clusters = [row.case_id for row in golden]
+    return evalgate_agreement(
+        human,
+        list(judge_preferences),
+        EVALGATE_PREFERENCES,
+        weights="none",
+        clusters=clusters,
+        resamples=resamples,
+        seed=seed,
+        confidence=confidence,
+    )
+
+
+# --------------------------------------------------------------------------- golden sets
+
+
+def evalgate_load_golden(
+    path: str, evaluator: EvalgateJudgedEvaluator, case_ids: Collection[str] | None = None
+) -> tuple[EvalgateGoldenPointwise, ...] | tuple[EvalgateGoldenPairwise, ...]:
+    """The golden set of ``evaluator``'s mode (see the module contract)."""
+    if evaluator.mode == "pairwise":
+        return evalgate_load_golden_pairwise(path, case_ids)
+    if evaluator.scale is None:
+        raise EvalgateConfigError(path, "-", "a pointwise golden set needs the evaluator's scale")
+    return evalgate_load_golden_pointwise(path, evaluator.scale, case_ids)
+
+
+def evalgate_load_golden_pointwise(
+    path: str, scale: EvalgateJudgeScale, case_ids: Collection[str] | None = None
+) -> tuple[EvalgateGoldenPointwise, ...]:
+    """Pointwise golden rows; labels must be integer points of ``scale``."""
+    rows = []
+    for number, row in _golden_rows(path, _POINTWISE_KEYS):
+        case_id = _case_id(path, number, row, case_ids)
+        output = _text(path, number, row, "output")
+        rows.append(
+            EvalgateGoldenPointwise(case_id, output, _label(path, number, row, scale), number)
+        )
+    return tuple(rows)
+
+
+def evalgate_load_golden_pairwise(
+    path: str, case_ids: Collection[str] | None = None
+) -> tuple[EvalgateGoldenPairwise, ...]:
+    """Pairwise golden rows; ``preferred`` must be ``"A"``, ``"B"`` or ``"tie"``."""
+    rows = []
+    for number, row in _golden_rows(path, _PAIRWISE_KEYS):
+        case_id = _case_id(path, number, row, case_ids)
+        first, second = _text(path, number, row, "output_a"), _text(path, number, row, "output_b")
+        preferred = _preferred(path, number, row)
+        rows.append(EvalgateGoldenPairwise(case_id, first, second, preferred, number))
+    return tuple(rows)
+
+
+def _golden_rows(path: str, keys: frozenset[str]) -> list[tuple[int, Mapping[str, Any]]]:
+    rows = [(number, _golden_row(path, number, line, keys)) for number, line in _lines(path)]
+    if not rows:
+        raise EvalgateConfigError(path, "-", "the golden set has no rows")
+    return rows
+
+
+def _lines(path: str) -> list[tuple[int, str]]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [(n, line) for n, line in enumerate(handle, start=1) if line.strip()]
+    except OSError as exc:
+        raise EvalgateConfigError(
+            path, "-", f"cannot read the golden set: {exc.strerror}"
+        ) from None
+    except UnicodeDecodeError:
+        raise EvalgateConfigError(path, "-", "the golden set is not UTF-8") from None
+
+
+def _golden_row(path: str, number: int, line: str, keys: frozenset[str]) -> Mapping[str, Any]:
+    where = f"line {number}"
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EvalgateConfigError(path, where, f"not valid JSON: {exc.msg}") from None
+    if not isinstance(row, dict):
+        raise EvalgateConfigError(path, where, "a row must be a JSON object")
+    for key in sorted(set(row) - keys):
+        raise EvalgateConfigError(path, f"{where}: {key}", f"unknown key (expected {sorted(keys)})")
+    for key in sorted(keys - set(row)):
+        raise EvalgateConfigError(path, f"{where}: {key}", "missing required key")
+    return row
+
+
+def _case_id(
+    path: str, number: int, row: Mapping[str, Any], case_ids: Collection[str] | None
+) -> str:
+    value = row["case_id"]
+    if not isinstance(value, str) or not value:
+        raise EvalgateConfigError(path, f"line {number}: case_id", "not a non-empty string")
+    if case_ids is not None and value not in case_ids:
+        raise EvalgateConfigError(
+            path, f"line {number}: case_id", f"no case {value!r} in the suite"
+        )
+    return value
+
+
+def _text(path: str, number: int, row: Mapping[str, Any], key: str) -> str:
+    value = row[key]
+    if not isinstance(value, str):
+        raise EvalgateConfigError(path, f"line {number}: {key}", "not a string")
+    return value
+
+
+def _label(path: str, number: int, row: Mapping[str, Any], scale: EvalgateJudgeScale) -> int:
+    value = row["label"]
+    integral = isinstance(value, int | float) and not isinstance(value, bool)
+    if not integral or not math.isfinite(value) or value != int(value):
+        raise EvalgateConfigError(path, f"line {number}: label", "not an integer scale point")
+    if int(value) not in scale.evalgate_points():
+        reason = f"{int(value)} is outside the scale [{scale.min}, {scale.max}]"
+        raise EvalgateConfigError(path, f"line {number}: label", reason)
+    return int(value)
+
+
+def _preferred(path: str, number: int, row: Mapping[str, Any]) -> EvalgateWinner:
+    value = row["preferred"]
+    for choice in EVALGATE_PREFERENCES:
+        if value == choice:
+            return choice
+    raise EvalgateConfigError(path, f"line {number}: preferred", 'must be "A", "B" or "tie"')

@@ -1,0 +1,210 @@
+"""The simulator's application: routing, counters, control endpoints, faults and completions.
+
+Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (answers, streamed when the
+body asks ``stream: true``), ``GET /v1/models``, ``GET /evalgate/stats``, ``POST
+/evalgate/reset`` (zero the counters; answers the stats). A known path with another method is
+405, any other path 404. Completion bodies that are not a JSON object, lack ``messages`` (a list)
+or ``prompt`` (a string or list), carry a non-number ``temperature``, NaN or Infinity, or have
+odd shapes further in are 400 and keep the connection usable.
+
+The answer text comes from the :data:`~pytest_evalgate.simulated.styles.EvalgateSimAnswerer`
+given at construction; this module never looks at an answer key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
+from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S, EvalgateSimConfig
+from pytest_evalgate.simulated.plan import EvalgateSimPlan, evalgate_sim_plan
+from pytest_evalgate.simulated.protocol import EvalgateSimProtocol, EvalgateSimRequest
+from pytest_evalgate.simulated.responses import (
+    EVALGATE_SIM_OWNER,
+    EvalgateSimStream,
+    evalgate_sim_error_body,
+    evalgate_sim_full_body,
+)
+from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, evalgate_sim_ask
+
+_COMPLETIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text"}
+_CONTROL = ("/evalgate/stats", "/evalgate/reset")
+
+
+def _sim_reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # canonical digests refuse NaN and Infinity
+
+
+_DECODER = json.JSONDecoder(parse_constant=_sim_reject_constant)  # json.loads builds one per call
+
+
+def evalgate_sim_json(body: bytes) -> dict[str, Any] | None:
+    """The request body as a JSON object, or None (not UTF-8, not JSON, NaN, not an object)."""
+    try:
+        value = _DECODER.decode(body.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def evalgate_sim_validate(body: Mapping[str, Any] | None, kind: str) -> str | None:
+    """Why a completion body of ``kind`` (``chat``/``text``) is refused, or None."""
+    if body is None:
+        return "the body must be a JSON object"
+    if kind == "chat" and not isinstance(body.get("messages"), list):
+        return "'messages' must be a list"
+    if kind == "text" and not isinstance(body.get("prompt"), str | list):
+        return "'prompt' must be a string or a list"
+    temperature = body.get("temperature")
+    if temperature is not None and not isinstance(temperature, int | float):
+        return "'temperature' must be a number"
+    return None
+
+
+def _sim_bad_request(message: str) -> bytes:
+    return evalgate_sim_error_body(message, "invalid_request_error", None)
+
+
+class EvalgateSimApp:
+    """Routing, counters and answers of one server; lives on the server's event loop only."""
+
+    def __init__(
+        self, config: EvalgateSimConfig, answerer: EvalgateSimAnswerer, log: TextIO | None
+    ) -> None:
+        self.config = config
+        self.answerer = answerer
+        self.log = log
+        self.connections: set[EvalgateSimProtocol] = set()
+        self.arrivals = 0
+        self.models: dict[str, None] = {}
+        self.hangs_dropped = 0
+        self.in_flight = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the counters; requests still in flight stay counted in ``in_flight``."""
+        self.total = 0
+        self.by_status: dict[str, int] = {}
+        self.disconnects = 0
+        self.peak = self.in_flight
+
+    def stats(self) -> dict[str, Any]:
+        """The counters as builtins (``GET /evalgate/stats``)."""
+        return {
+            "simulator": True, "requests_total": self.total, "by_status": dict(self.by_status),
+            "in_flight": self.in_flight, "peak_in_flight": self.peak,
+            "client_disconnects": self.disconnects, "hangs_dropped": self.hangs_dropped,
+            "completion_arrivals": self.arrivals,
+        }  # fmt: skip
+
+    def begin(self, proto: EvalgateSimProtocol) -> None:
+        """Count a request as arrived and in progress."""
+        proto.begin_counted()
+        self.total += 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def end(self, status: int | None, dropped: bool = False) -> None:
+        """Count a request as finished (``None``: the client went away first, or ``dropped``:
+        the server gave up on a hung request)."""
+        self.in_flight -= 1
+        if dropped:
+            self.hangs_dropped += 1
+        elif status is None:
+            self.disconnects += 1
+        else:
+            self.by_status[str(status)] = self.by_status.get(str(status), 0) + 1
+
+    def dispatch(self, request: EvalgateSimRequest, proto: EvalgateSimProtocol) -> None:
+        """Route one parsed request to its handler."""
+        kind = _COMPLETIONS.get(request.path)
+        if kind is not None and request.method == "POST":
+            self._completion(request, proto, kind)
+        elif request.path == "/v1/models" and request.method == "GET":
+            self._log(request, None, None)
+            self.begin(proto)
+            proto.reply(200, self._models_body())
+        elif request.path in _CONTROL:
+            self._control(request, proto)
+        else:
+            known = kind is not None or request.path == "/v1/models"
+            status, why = (405, "method not allowed") if known else (404, "no such path")
+            proto.reply(status, _sim_bad_request(why))
+
+    def _control(self, request: EvalgateSimRequest, proto: EvalgateSimProtocol) -> None:
+        if request.path == "/evalgate/reset" and request.method == "POST":
+            self.reset()
+        elif request.path == "/evalgate/reset" or request.method != "GET":
+            proto.reply(405, _sim_bad_request("method not allowed"))
+            return
+        proto.reply(200, json.dumps(self.stats()).encode())
+
+    def _models_body(self) -> bytes:
+        names = ["evalgate-simulator", *self.models]
+        data = [
+            {"id": n, "object": "model", "created": 0, "owned_by": EVALGATE_SIM_OWNER}
+            for n in names
+        ]
+        return json.dumps({"object": "list", "data": data}).encode()
+
+    def _log(self, request: EvalgateSimRequest, model: Any, index: int | None) -> None:
+        if self.log is None:
+            return
+        line = {"t": time.time(), "path": request.path, "model": model, "n": index}
+        line["identity"] = request.headers.get("x-evalgate-identity")
+        line["attempt"] = request.headers.get("x-evalgate-attempt")
+        self.log.write(json.dumps(line) + "\n")  # line-buffered file: flushed per line
+
+    def _completion(
+        self, request: EvalgateSimRequest, proto: EvalgateSimProtocol, kind: str
+    ) -> None:
+        index = self.arrivals
+        self.arrivals += 1
+        body = evalgate_sim_json(request.body)
+        model = body.get("model") if body is not None else None
+        self._log(request, model, index)
+        self.begin(proto)
+        if self._fault(index, proto):
+            return
+        try:
+            self._answer(body, proto, kind, index)
+        except (AttributeError, TypeError, ValueError) as exc:  # odd but valid JSON shapes
+            proto.reply(400, _sim_bad_request(f"bad request: {exc}"))
+
+    def _fault(self, index: int, proto: EvalgateSimProtocol) -> bool:
+        fault = evalgate_sim_fault(self.config, index)
+        if fault is None:
+            return False
+        if fault.hangs:
+            proto.hang(min(self.config.hang_s, EVALGATE_SIM_HANG_LIMIT_S))
+        else:
+            body = evalgate_sim_error_body(fault.message, fault.kind, fault.code)
+            proto.reply(fault.status, body, evalgate_sim_fault_headers(self.config, fault))
+        return True
+
+    def _answer(
+        self, body: dict[str, Any] | None, proto: EvalgateSimProtocol, kind: str, index: int
+    ) -> None:
+        problem = evalgate_sim_validate(body, kind)
+        if problem is not None or body is None:
+            proto.reply(400, _sim_bad_request(problem or "bad body"))
+            return
+        model = str(body.get("model", ""))
+        self.models.setdefault(model, None)
+        plan = self._plan(body, kind, model)
+        rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            proto.stream(200, EvalgateSimStream(kind, rid, model, plan, usage).run)
+        else:
+            proto.reply(200, evalgate_sim_full_body(kind, rid, model, plan), delay=plan.total_s)
+
+    def _plan(self, body: Mapping[str, Any], kind: str, model: str) -> EvalgateSimPlan:
+        prompt = body["messages"] if kind == "chat" else body["prompt"]
+        temperature = body.get("temperature")
+        temperature = 1.0 if temperature is None else float(temperature)
+        ask = evalgate_sim_ask(self.config, model, prompt, temperature, body.get("seed"))
+        return evalgate_sim_plan(self.config, self.answerer(ask), ask.salt, body)

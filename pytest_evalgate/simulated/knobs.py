@@ -1,0 +1,155 @@
+"""The simulated model's knobs: :class:`EvalgateSimConfig` and its ``simulated://`` URL form.
+
+Contracts
+---------
+- A knob is a field of :class:`EvalgateSimConfig` (``evalgate_sim_knob_names()``, field order)
+  or ``accuracy.<category>`` (a per-category accuracy). Values are text: booleans ``0/1``,
+  ``true/false``, ``yes/no``, ``on/off``; numbers finite and ``>= 0``; ``int`` knobs refuse
+  fractions. ``accuracy``, ``accuracy.<category>``, ``fail_rate``, ``jitter`` and
+  ``output_jitter`` lie in ``[0, 1]``; ``hang_s <= EVALGATE_SIM_HANG_LIMIT_S``.
+- ``simulated://?knob=value&...`` carries knobs in its query, nothing in host or path.
+  ``evalgate_sim_config_url(config)`` renders the non-default knobs; it parses back equal.
+- Every refusal is ``EvalgateConfigError(source, knob, reason)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from pytest_evalgate.errors import EvalgateConfigError
+
+EVALGATE_SIM_HANG_LIMIT_S = 300.0
+_UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter"})
+_CATEGORY_PREFIX = "accuracy."
+
+
+@dataclass(frozen=True)
+class EvalgateSimConfig:
+    """Every knob of the simulated model; times in milliseconds, rates in [0, 1]."""
+
+    accuracy: float = 0.9
+    accuracy_by_category: tuple[tuple[str, float], ...] = ()
+    seed: int = 0
+    latency_ms: float = 0.0
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    jitter: float = 0.0
+    output_tokens: int | None = None
+    output_jitter: float = 0.0
+    fail_401: bool = False
+    fail_400: bool = False
+    quota: bool = False
+    fail_429_first: int = 0
+    retry_after: float | None = None
+    fail_500_first: int = 0
+    fail_rate: float = 0.0
+    hang_first: int = 0
+    hang_s: float = EVALGATE_SIM_HANG_LIMIT_S
+
+    def accuracy_for(self, category: str | None) -> float:
+        """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""
+        for name, value in self.accuracy_by_category:
+            if name == category:
+                return value
+        return self.accuracy
+
+
+def _sim_knob_types() -> dict[str, str]:
+    """Knob name -> its annotation text (``"float"``, ``"int | None"``, ``"bool"``...)."""
+    return {
+        f.name: str(f.type) for f in fields(EvalgateSimConfig) if f.name != "accuracy_by_category"
+    }
+
+
+def evalgate_sim_knob_names() -> tuple[str, ...]:
+    """The scalar knob names in field order (one ``--<knob>`` flag each); the per-category
+    ``accuracy.<category>`` knobs are not listed."""
+    return tuple(_sim_knob_types())
+
+
+def _sim_parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected 0 or 1, got {text!r}")
+
+
+def _sim_parse_value(kind: str, text: str) -> Any:
+    if kind == "bool":
+        return _sim_parse_bool(text)
+    number: float = int(text) if kind.startswith("int") else float(text)
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"expected a finite number >= 0, got {text!r}")
+    return number
+
+
+def _sim_check_range(source: str, name: str, value: Any) -> None:
+    unit = name in _UNIT_KNOBS or name.startswith(_CATEGORY_PREFIX)
+    if unit and not 0.0 <= float(value) <= 1.0:
+        raise EvalgateConfigError(source, name, f"must be within [0, 1], got {value}")
+    if name == "hang_s" and float(value) > EVALGATE_SIM_HANG_LIMIT_S:
+        raise EvalgateConfigError(source, name, f"must be <= {EVALGATE_SIM_HANG_LIMIT_S:g}")
+
+
+def _sim_knob(source: str, name: str, text: str, types: Mapping[str, str]) -> Any:
+    kind = "float" if name.startswith(_CATEGORY_PREFIX) else types.get(name)
+    if kind is None:
+        known = ", ".join(sorted([*types, "accuracy.<category>"]))
+        raise EvalgateConfigError(source, name, f"unknown knob (known: {known})")
+    try:
+        value = _sim_parse_value(kind, text)
+    except ValueError as exc:
+        raise EvalgateConfigError(source, name, str(exc)) from None
+    _sim_check_range(source, name, value)
+    return value
+
+
+def evalgate_sim_config_from_knobs(
+    items: Iterable[tuple[str, str]], source: str = "simulated://"
+) -> EvalgateSimConfig:
+    """Build a config from ``(knob, text)`` pairs; unknown, repeated or bad knobs raise
+    ``EvalgateConfigError(source, knob, reason)``."""
+    types = _sim_knob_types()
+    values: dict[str, Any] = {}
+    by_category: dict[str, float] = {}
+    for name, text in items:
+        if name in values or name.removeprefix(_CATEGORY_PREFIX) in by_category:
+            raise EvalgateConfigError(source, name, "given twice")
+        value = _sim_knob(source, name, text, types)
+        if name.startswith(_CATEGORY_PREFIX):
+            by_category[name.removeprefix(_CATEGORY_PREFIX)] = float(value)
+        else:
+            values[name] = value
+    return EvalgateSimConfig(**values, accuracy_by_category=tuple(sorted(by_category.items())))
+
+
+def evalgate_parse_simulated_url(url: str) -> EvalgateSimConfig:
+    """Parse ``simulated://?knob=value&...`` into a config; errors name the URL and the knob."""
+    parts = urlsplit(url)
+    if parts.scheme != "simulated":
+        raise EvalgateConfigError(url, "scheme", "a simulated model URL starts with simulated://")
+    if parts.netloc or parts.path.strip("/"):
+        raise EvalgateConfigError(url, "path", "knobs go in the query: simulated://?accuracy=0.9")
+    try:
+        pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise EvalgateConfigError(url, "query", str(exc)) from None
+    return evalgate_sim_config_from_knobs(pairs, source=url)
+
+
+def evalgate_sim_config_url(config: EvalgateSimConfig) -> str:
+    """The ``simulated://?...`` URL of ``config`` (non-default knobs only); parses back equal."""
+    default = EvalgateSimConfig()
+    pairs: list[tuple[str, str]] = []
+    for name in _sim_knob_types():
+        value = getattr(config, name)
+        if value != getattr(default, name):
+            pairs.append((name, str(int(value)) if isinstance(value, bool) else repr(value)))
+    pairs += [(f"accuracy.{name}", repr(value)) for name, value in config.accuracy_by_category]
+    return "simulated://?" + urlencode(pairs)
