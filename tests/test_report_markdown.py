@@ -21,13 +21,8 @@ from pytest_evalgate.report import (
     evalgate_markdown,
     evalgate_verdict_reason,
 )
-from pytest_evalgate.report.facts import (
-    evalgate_definition_changes,
-    evalgate_facts,
-    evalgate_pin_changes,
-    evalgate_rate,
-    evalgate_slice_rows,
-)
+from pytest_evalgate.report.changes import evalgate_definition_changes, evalgate_pin_changes
+from pytest_evalgate.report.facts import evalgate_facts, evalgate_rate, evalgate_slice_rows
 from pytest_evalgate.report.markdown import evalgate_md_cell
 
 GOLDEN = Path(__file__).parent / "data" / "report"

@@ -2,10 +2,11 @@
 
 - ``record``: the decision record itself (``decision.json``).
 - ``summary``: the terminal lines.
-- ``facts``: what every format says (verdict reason, slice and rule rows, changes, signature).
-- ``markdown``: ``report.md``; ``html``: ``report.html``; ``forest``: ``forest.png`` and the
-  inline SVG figures; ``write``: the files of a report folder and the step summary;
-  ``history``: decisions kept in the store.
+- ``facts``: what every format says (verdict reason, slice and rule rows, signature);
+  ``changes``: candidate against baseline pins, and the definition against the last decision.
+- ``markdown``: ``report.md``; ``html`` and ``style``: ``report.html``; ``forest``:
+  ``forest.png`` and the inline SVG figures; ``write``: the files of a report folder and the
+  step summary; ``history``: decisions kept in the store.
 
 No report holds a case's input, target or output unless the context carries case text
 (``--evalgate-report-text``).

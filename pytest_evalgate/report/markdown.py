@@ -12,18 +12,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_evalgate.report.changes import (
+    EvalgateChangeRow,
+    evalgate_definition_changes,
+    evalgate_pin_changes,
+    evalgate_previous_text,
+)
 from pytest_evalgate.report.facts import (
     EVALGATE_FACT_KEYS,
-    EvalgateChangeRow,
     EvalgateReportContext,
     EvalgateSignatureStatus,
-    evalgate_definition_changes,
     evalgate_error_rows,
     evalgate_facts,
     evalgate_latency_rows,
     evalgate_latency_source,
-    evalgate_pin_changes,
-    evalgate_previous_text,
     evalgate_rule_rows,
     evalgate_seconds,
     evalgate_signature_text,
