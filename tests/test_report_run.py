@@ -247,3 +247,26 @@ def test_the_answer_section_of_a_wrong_item_only_with_the_option(
     assert "Question 1 about alpha" not in out and "target: 2" not in out
     shown = pytester.runpytest(*ARGS, "--evalgate-store=s2", "--evalgate-report-text")
     shown.stdout.fnmatch_lines(["*evalgate answer*", "target: 2", "output: *"])
+
+
+def test_the_console_gate_writes_the_reports_keeps_the_copy_and_shows_text_when_asked(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = make_cases(["alpha", "beta"], 10)
+    _suite(pytester)
+    assert _run(pytester).ret == 0  # fills the store; no report, so no copy kept
+    assert _kept(pytester) == []
+    store, suite = str(pytester.path / "store"), str(pytester.path / "suite")
+    assert main(["gate", suite, "--store", store, "--report", str(pytester.path / "a")]) == 0
+    argv = ["gate", suite, "--store", store, "--report", str(pytester.path / "b"), "--report-text"]
+    assert main(argv) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert len(_kept(pytester)) == 2
+    decision = json.loads((pytester.path / "b" / "decision.json").read_text())
+    flipped = {flip["case_id"] for flip in decision["flipped"]["cases"]}
+    inputs = [case["input"] for case in cases if case["id"] in flipped]
+    assert inputs and all(
+        text in (pytester.path / "b" / "report.md").read_text() for text in inputs
+    )
+    assert not any(text in (pytester.path / "a" / "report.md").read_text() for text in inputs)
+    assert "Unchanged since the decision of" in (pytester.path / "b" / "report.md").read_text()
