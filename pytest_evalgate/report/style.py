@@ -1,6 +1,7 @@
-"""report.html's style sheet: system fonts, a single column on a phone (tables become
-label/value cards, figures scroll in their own box), and print rules (no backgrounds, rows kept
-whole). Inline in the page; nothing is fetched."""
+"""report.html's style sheet: system fonts; slices as a grid of columns on a wide screen and as
+label/value cards below 60rem (a narrow window, a printed page); on a phone tables become cards
+too and figures scroll in their own box; print rules (no backgrounds, rows kept whole). Inline in
+the page; nothing is fetched."""
 
 from __future__ import annotations
 
@@ -51,14 +52,18 @@ figure{margin:0}.plot{overflow-x:auto}
 figcaption{color:var(--muted);font-size:.85rem}
 .changed{font-weight:600;white-space:nowrap}
 footer{color:var(--muted);font-size:.85rem;margin:2.5rem auto 1.5rem}
-@media (max-width:44rem){
-body{font-size:14px}h1{font-size:1.4rem}
+@media (max-width:60rem){
 .slice-head{display:none}
-.slice>summary{grid-template-columns:1fr 1fr;row-gap:.15rem;grid-auto-flow:dense}
-.slice>summary .c-baseline,.slice>summary .c-candidate{grid-column:1/-1}
+.slice>summary{grid-template-columns:repeat(3,minmax(0,1fr));row-gap:.15rem;grid-auto-flow:dense}
 .slice>summary .c-name{grid-column:1/-1;font-weight:600}
 .cell .label{display:inline;color:var(--muted);margin-right:.35rem;font-weight:400}
-.cell.num{text-align:left}.slice>summary .c-interval{grid-column:1/-1}
+.cell.num{text-align:left}
+}
+@media (max-width:44rem){
+body{font-size:14px}h1{font-size:1.4rem}
+.slice>summary{grid-template-columns:repeat(2,minmax(0,1fr))}
+.slice>summary .c-baseline,.slice>summary .c-candidate,.slice>summary .c-interval,
+.slice>summary .c-flips{grid-column:1/-1}
 .plot svg{min-width:34rem}
 table.stack thead{display:none}
 table.stack,table.stack tbody,table.stack tr{display:block;width:100%}
@@ -72,9 +77,9 @@ table.stack td>.v{min-width:0}
 @page{margin:14mm}
 body{font-size:10pt;color:#000;background:#fff}
 header.verdict{background:none;border:2px solid #000;border-left-width:.5rem}
-h2{break-after:avoid}tr,.slice,figure,.case-text{break-inside:avoid}
+h2{break-after:avoid}tr,.slice>summary,figure,.case-text{break-inside:avoid}
 .slice>summary .c-name::before{content:""}
-.slice-head{display:grid}
+.plot{overflow:visible}.plot svg{min-width:0}
 code{background:none}
 footer{margin-top:1rem}
 }
