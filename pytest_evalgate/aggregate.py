@@ -24,7 +24,8 @@ import numpy.typing as npt
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.store import (
     EvalgateExpectation,
-    EvalgateIdentityKey,
+    EvalgateIdentity,
+    EvalgateRecord,
     EvalgateStoreBackend,
     EvalgateStoreProblem,
     EvalgateStoreView,
@@ -141,12 +142,10 @@ def _read(
     return evalgate_read_candidate(backend, prefix, expect)
 
 
-def _expected(
-    manifest: EvalgateManifest, selection: EvalgateSelection
-) -> list[EvalgateIdentityKey]:
+def _expected(manifest: EvalgateManifest, selection: EvalgateSelection) -> list[EvalgateIdentity]:
     revision = manifest.dataset_revision
     return [
-        (revision, case_id, name, repetition)
+        EvalgateIdentity(revision, case_id, name, repetition)
         for name in selection.candidates
         for case_id in selection.case_ids
         for repetition in range(manifest.repetitions)
@@ -154,9 +153,9 @@ def _expected(
 
 
 def _classify(
-    expected: Sequence[EvalgateIdentityKey], views: Mapping[str, EvalgateStoreView]
-) -> tuple[dict[EvalgateIdentityKey, dict[str, Any]], Counter[str], int]:
-    results: dict[EvalgateIdentityKey, dict[str, Any]] = {}
+    expected: Sequence[EvalgateIdentity], views: Mapping[str, EvalgateStoreView]
+) -> tuple[dict[EvalgateIdentity, EvalgateRecord], Counter[str], int]:
+    results: dict[EvalgateIdentity, EvalgateRecord] = {}
     errors: Counter[str] = Counter()
     missing = 0
     for key in expected:
@@ -164,7 +163,9 @@ def _classify(
         if key in view.results:
             results[key] = view.results[key]
         elif key in view.errors:
-            errors[view.errors[key]["error"]["category"]] += 1
+            error = view.errors[key]["error"]
+            assert error is not None  # the view keeps only records with an error there
+            errors[error["category"]] += 1
         else:
             missing += 1
     return results, errors, missing
@@ -178,7 +179,7 @@ def _status(problems: Sequence[EvalgateStoreProblem], errors: Counter[str], miss
     return "complete"
 
 
-def _rates(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, EvalgateRate]]:
+def _rates(records: Iterable[EvalgateRecord]) -> dict[str, dict[str, EvalgateRate]]:
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for record in records:
         name = record["identity"]["candidate"]
@@ -192,7 +193,7 @@ def _rates(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Evalgate
     }
 
 
-def _canary_hits(canary: str | None, records: Iterable[Mapping[str, Any]]) -> int:
+def _canary_hits(canary: str | None, records: Iterable[EvalgateRecord]) -> int:
     if not canary:
         return 0
     return sum(1 for record in records if canary in (record["output"] or ""))
@@ -201,9 +202,9 @@ def _canary_hits(canary: str | None, records: Iterable[Mapping[str, Any]]) -> in
 def _gate_input(
     manifest: EvalgateManifest,
     selection: EvalgateSelection,
-    results: Mapping[EvalgateIdentityKey, dict[str, Any]],
+    results: Mapping[EvalgateIdentity, EvalgateRecord],
     pair: tuple[str, str],
-    expected: Sequence[EvalgateIdentityKey],
+    expected: Sequence[EvalgateIdentity],
     errors: Counter[str],
 ) -> EvalgateGateInput:
     candidate, baseline = pair
@@ -213,15 +214,22 @@ def _gate_input(
     paired = [
         case_id
         for case_id in sorted(selection.case_ids)
-        if all((revision, case_id, name, r) in results for name in pair for r in reps)
+        if all(
+            EvalgateIdentity(revision, case_id, name, r) in results for name in pair for r in reps
+        )
     ]
 
-    def scores(name: str) -> list[list[float]]:
-        return [[results[(revision, c, name, r)]["score"] for r in reps] for c in paired]
+    def scores(name: str) -> list[list[float | None]]:
+        return [
+            [results[EvalgateIdentity(revision, c, name, r)]["score"] for r in reps] for c in paired
+        ]
 
     cand, base = np.array(scores(candidate), dtype=float), np.array(scores(baseline), dtype=float)
     cand_passed = np.array(
-        [[bool(results[(revision, c, candidate, r)]["passed"]) for r in reps] for c in paired],
+        [
+            [bool(results[EvalgateIdentity(revision, c, candidate, r)]["passed"]) for r in reps]
+            for c in paired
+        ],
         dtype=bool,  # an empty list would otherwise give float64, which ``~`` refuses
     )
     shape = (len(paired), manifest.repetitions)
@@ -253,7 +261,7 @@ _PERF_FIELDS = {
 
 
 def _perf(
-    records: Iterable[Mapping[str, Any]], pair: tuple[str, str]
+    records: Iterable[EvalgateRecord], pair: tuple[str, str]
 ) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
     samples: dict[str, dict[str, list[float]]] = {m: {n: [] for n in pair} for m in _PERF_FIELDS}
     for record in records:
@@ -261,7 +269,7 @@ def _perf(
         if name not in pair:
             continue
         for metric, (group, key) in _PERF_FIELDS.items():
-            value = (record.get(group) or {}).get(key)
+            value = _member(record, group, key)
             if isinstance(value, int | float):
                 samples[metric][name].append(float(value))
     return {
@@ -270,9 +278,14 @@ def _perf(
     }
 
 
+def _member(record: Mapping[str, Any], group: str, key: str) -> object:
+    # Tolerant: a hand-made store may leave a timing out; it is then no sample, not an error.
+    return (record.get(group) or {}).get(key)
+
+
 def _error_rates(
-    expected: Sequence[EvalgateIdentityKey],
-    results: Mapping[EvalgateIdentityKey, dict[str, Any]],
+    expected: Sequence[EvalgateIdentity],
+    results: Mapping[EvalgateIdentity, EvalgateRecord],
     pair: tuple[str, str],
 ) -> dict[str, tuple[int, int]]:
     rates: dict[str, tuple[int, int]] = {}

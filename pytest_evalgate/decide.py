@@ -257,10 +257,11 @@ def _outputs(
     expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key)
     view = evalgate_read_candidate(backend, prefix, expect)
     found: dict[str, str] = {}
-    for identity in sorted(view.results, key=lambda k: k[3]):
+    for identity in sorted(view.results, key=lambda key: key.repetition):
         record = view.results[identity]
-        if identity[1] in ids and record.get("output") and identity[1] not in found:
-            found[identity[1]] = str(record["output"])
+        case_id = identity.case_id
+        if case_id in ids and record.get("output") and case_id not in found:
+            found[case_id] = str(record["output"])
     return found
 
 

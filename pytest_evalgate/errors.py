@@ -13,7 +13,9 @@
     ├── EvalgateSignatureError         a signed decision record or override does not verify
     ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
     ├── EvalgateAdmissionError         an AdmissionReview request is malformed
-    └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    ├── EvalgateWireError              a runner pipe carried a line that is no wire message
+    ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    └── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
 ``pytest.UsageError`` so that pytest exits with status 4; the ``evalgate`` console script
@@ -84,5 +86,13 @@ class EvalgateAdmissionError(EvalgateError):
     """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
 
 
+class EvalgateWireError(EvalgateError):
+    """A line on the runner's pipes is not a message of ``runner.wire`` (a bug, never a user's)."""
+
+
 class EvalgateK8sError(EvalgateError):
     """The Kubernetes API is unreachable, forbidden, or a Job failed."""
+
+
+class EvalgatePrometheusError(EvalgateError):
+    """The Prometheus HTTP API could not be reached, or answered a query with an error."""

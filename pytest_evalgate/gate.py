@@ -27,12 +27,13 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 import pydantic
-import yaml
 
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
 EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
@@ -71,7 +72,10 @@ class EvalgateRule:
 
 @dataclass(frozen=True)
 class EvalgatePolicy:
-    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest."""
+    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
+
+    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
+    """
 
     version: str
     rules: tuple[EvalgateRule, ...]
@@ -82,10 +86,12 @@ class EvalgatePolicy:
     candidate: str = "candidate"
     baseline: str = "baseline"
     source: str = "gate.yaml"
+    online: tuple[EvalgateOnlineRule, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised policy (defaults filled in) as builtins, without ``source``."""
-        return {
+        """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
+        only when there are online rules (so policies without them keep their digest)."""
+        out = {
             "version": self.version,
             "confidence": self.confidence,
             "correction": self.correction,
@@ -94,6 +100,9 @@ class EvalgatePolicy:
             "baseline": self.baseline,
             "rules": [rule.to_dict() for rule in self.rules],
         }
+        if self.online:
+            out["online"] = [rule.to_dict() for rule in self.online]
+        return out
 
 
 def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
@@ -169,6 +178,7 @@ class _Policy(pydantic.BaseModel):
     candidate: str = "candidate"
     baseline: str = "baseline"
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
+    online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
 
 
 def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
@@ -176,15 +186,16 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
 
     Unknown keys, rules or metrics, wrong types (no string-to-number coercion), out-of-range
     values, a missing ``version`` or an empty ``rules`` list are refused. Slices are checked
-    against the suite's categories later, by ``evalgate_evaluate``.
+    against the suite's categories later, by ``evalgate_evaluate``. ``online:`` rules (SPEC
+    section 15) are checked by ``online.evalgate_online_rules``, with keys like ``online[1].max``.
     """
     source = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = evalgate_load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
-        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from error
-    except yaml.YAMLError as error:
-        raise EvalgatePolicyError(source, "<yaml>", f"not valid YAML: {error}") from error
+        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from None
+    except EvalgateYamlError as error:
+        raise EvalgatePolicyError(source, "<yaml>", error.reason) from None
     if not isinstance(raw, dict):
         raise EvalgatePolicyError(source, "<root>", "the policy must be a mapping")
     try:
@@ -229,6 +240,7 @@ def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
         candidate=model.candidate,
         baseline=model.baseline,
         source=source,
+        online=evalgate_online_rules(model.online, source),
     )
 
 

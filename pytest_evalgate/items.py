@@ -25,7 +25,7 @@ import pytest
 from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
 
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
-from pytest_evalgate.store import EvalgateIdentityKey
+from pytest_evalgate.store import EvalgateIdentity
 
 
 class EvalgateLoadedSuite(Protocol):
@@ -43,7 +43,7 @@ class EvalgateSession(Protocol):
     def evalgate_wants_candidate(self, name: str) -> bool:
         """Whether the candidate is selected."""
 
-    def evalgate_record_for(self, item: EvalgateItem) -> dict[str, Any]:
+    def evalgate_record_for(self, item: EvalgateItem) -> Mapping[str, Any]:
         """The record of ``item`` (blocks until the runner has it)."""
 
 
@@ -89,17 +89,19 @@ class EvalgateItem(pytest.Item):
         self.candidate = self.parent.name if self.parent is not None else ""
         self.suite_path = str(self.path)
         self.extra_keyword_matches.update({case.category, case.case_id})
-        self.record: dict[str, Any] | None = None
-        self._key: EvalgateIdentityKey | None = None
+        self.record: Mapping[str, Any] | None = None
+        self._key: EvalgateIdentity | None = None
 
     @property
-    def evalgate_key(self) -> EvalgateIdentityKey:
+    def evalgate_key(self) -> EvalgateIdentity:
         """The identity key of this item (looked up once: it is read several times per item)."""
         if self._key is None:
             suite = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_suite(self.suite_path)
             assert suite is not None
             revision = suite.manifest.dataset_revision
-            self._key = (revision, self.case.case_id, self.candidate, self.repetition)
+            self._key = EvalgateIdentity(
+                revision, self.case.case_id, self.candidate, self.repetition
+            )
         return self._key
 
     def setup(self) -> None:
@@ -136,10 +138,10 @@ class EvalgateItem(pytest.Item):
             pytrace=False,
         )
 
-    def _answer_text(self, record: dict[str, Any]) -> str:
+    def _answer_text(self, record: Mapping[str, Any]) -> str:
         return f"target: {_cut(self.case.target)}\noutput: {_cut(record.get('output') or '')}\n"
 
-    def _properties(self, record: dict[str, Any]) -> list[tuple[str, str]]:
+    def _properties(self, record: Mapping[str, Any]) -> list[tuple[str, str]]:
         timing = record.get("timing") or {}
         usage = record.get("usage") or {}
         error = record.get("error")

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
 EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
@@ -61,6 +62,20 @@ def evalgate_manifest_path(suite: str) -> str:
     """A suite folder's manifest (``SUITE/evalgate.yaml``), or ``suite`` itself when it is not a
     folder (a manifest file, or a path the loader then reports as unreadable)."""
     return os.path.join(suite, EVALGATE_MANIFEST_NAME) if os.path.isdir(suite) else suite
+
+
+EVALGATE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def evalgate_check_name(source: str, key: str, name: str) -> None:
+    """Refuse a name (candidate, suite, tier) that could become a path outside the store: only
+    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit, at most 64."""
+    if not EVALGATE_NAME_PATTERN.fullmatch(name):
+        reason = (
+            f"{name!r} is not a safe name: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 64 characters); names become store paths"
+        )
+        raise EvalgateConfigError(source, key, reason)
 
 
 class _Strict(BaseModel):
@@ -261,11 +276,14 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
 def _read_yaml(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+            return evalgate_load_yaml(handle.read())
     except OSError as exc:
         raise EvalgateConfigError(path, "-", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise EvalgateConfigError(path, "-", f"not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
+        raise EvalgateConfigError(path, "-", reason) from None
+    except EvalgateYamlError as exc:
+        raise EvalgateConfigError(path, "-", exc.reason) from None
 
 
 def _validate(path: str, raw: Any) -> _Manifest:
@@ -295,6 +313,8 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
     if not model.candidates:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
+    for name in model.candidates:
+        evalgate_check_name(path, f"candidates.{name}", name)
     if model.judge is not None:
         for name, candidate in model.candidates.items():
             if candidate.model == model.judge.model:

@@ -26,7 +26,7 @@ from typing import Protocol
 
 
 class EvalgateProgressLike(Protocol):
-    """What the line reads: the fields of ``runner.EvalgateProgress``."""
+    """What the line reads: the fields of ``runner.parent.EvalgateProgress``."""
 
     done: int
     expected: int

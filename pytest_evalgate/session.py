@@ -12,7 +12,7 @@ import gc
 import logging
 import os
 import uuid
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import pytest
@@ -44,7 +44,7 @@ from pytest_evalgate.manifest import (
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
-from pytest_evalgate.runner import (
+from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
     EvalgateSuiteRun,
@@ -62,7 +62,9 @@ from pytest_evalgate.shard import (
 )
 from pytest_evalgate.store import (
     EvalgateExpectation,
+    EvalgateIdentity,
     EvalgateLocalStore,
+    EvalgateRecord,
     EvalgateSegmentWriter,
     evalgate_candidate_prefix,
     evalgate_read_generation,
@@ -109,7 +111,7 @@ class EvalgatePlugin:
         self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
         self.runner: EvalgateRunner | None = None
         self.pool: EvalgateEndpointPool | None = None
-        self.stored: dict[Any, dict[str, Any]] = {}
+        self.stored: dict[EvalgateIdentity, EvalgateRecord] = {}
         self.works: dict[Any, EvalgateWork] = {}
         self.selection: dict[str, dict[str, list[str]]] = {}
         self.crashed: list[str] = []
@@ -448,7 +450,7 @@ class EvalgatePlugin:
             if self.pool is not None:
                 self.pool.evalgate_close()
 
-    def evalgate_record_for(self, item: EvalgateItem) -> dict[str, Any]:
+    def evalgate_record_for(self, item: EvalgateItem) -> Mapping[str, Any]:
         """The record of ``item``: from the store when committed before, else from the runner."""
         key = item.evalgate_key
         stored = self.stored.get(key)

@@ -19,9 +19,24 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
 PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
-    "endpoints", "scheduler", "cli", "registry", "admission",
+    "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
+    "decision", "online", "canary",
 }  # fmt: skip
 EDGE = "cli"
+# Programs of their own that no harness module imports: the sandbox driver runs inside the
+# sandbox's interpreter (``python3 -I -c SOURCE``) and must name ``SystemExit`` to report it.
+ENTRY_PROGRAMS = {"sandbox.driver"}
+# What the runner's child process may import of this package: the wire, the client, the budget,
+# the record types (and what they import in turn); never its parent side, scoring or a manifest.
+CHILD_SIDE = ("runner.child", "runner.__main__")
+CHILD_MAY_IMPORT = (
+    "pytest_evalgate.runner.child", "pytest_evalgate.runner.wire", "pytest_evalgate.client",
+    "pytest_evalgate.budget", "pytest_evalgate.errors", "pytest_evalgate.store.records",
+)  # fmt: skip
+PARENT_SIDE = (
+    "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",
+    "pytest_evalgate.scoring", "pytest_evalgate.manifest", "pydantic", "yaml",
+)  # fmt: skip
 
 
 def _modules() -> dict[str, Path]:
@@ -95,7 +110,7 @@ def _program_parts(source: str, module: str, path: Path) -> list[str]:
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Name) and node.id == "print":
             found.append(f"print line {line}")
-        if _is_exit(node) and path.name != "__main__.py":
+        if _is_exit(node) and path.name != "__main__.py" and module not in ENTRY_PROGRAMS:
             found.append(f"exit line {line}")
     imported = _imports_of(tree, module, path)
     if _imports_under(imported, "argparse"):
@@ -170,6 +185,26 @@ def test_the_entry_point_imports_nothing_heavy() -> None:
         "import sys, pytest_evalgate.plugin as p;"
         "print(sorted(m for m in ('numpy', 'scipy', 'aiohttp', 'cryptography', 'pydantic')"
         " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_runner_child_imports_only_its_own_side() -> None:
+    for module in CHILD_SIDE:
+        ours = {name for name in _imports(module) if name.startswith("pytest_evalgate.")}
+        allowed = {n for n in ours if any(_imports_under({n}, ok) for ok in CHILD_MAY_IMPORT)}
+        foreign = ours - allowed
+        assert foreign == set(), module
+        assert not _imports_under(_imports(module), "pytest"), module
+
+
+def test_the_runner_child_loads_nothing_of_the_parent_side() -> None:
+    # At run time too (what the imports import in turn): the child starts from
+    # ``python -m pytest_evalgate.runner``, which loads the package module, then the child.
+    code = (
+        "import sys, pytest_evalgate.runner, pytest_evalgate.runner.child;"
+        f"print(sorted(m for m in {PARENT_SIDE!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

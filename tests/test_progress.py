@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
-from pytest_evalgate.runner import EvalgateProgress
+from pytest_evalgate.runner.parent import EvalgateProgress
 
 
 class FakeClock:

@@ -23,7 +23,7 @@ import suitekit
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.runner import (
+from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
     EvalgateSuiteRun,
@@ -31,7 +31,12 @@ from pytest_evalgate.runner import (
 )
 from pytest_evalgate.scoring import evalgate_make_scorer
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
-from pytest_evalgate.store import EvalgateLocalStore, EvalgateSegmentWriter, evalgate_seal
+from pytest_evalgate.store import (
+    EvalgateIdentity,
+    EvalgateLocalStore,
+    EvalgateSegmentWriter,
+    evalgate_seal,
+)
 
 PREFIX = "suite/digest/cand-key/gen-1"
 
@@ -69,8 +74,7 @@ class Rig:
         keys = {"cand": "cand-key"}
         run = EvalgateSuiteRun(manifest, scorer, 1.0, {"cand": endpoint}, {"cand": PREFIX}, keys)
         self.works = [
-            EvalgateWork((manifest.dataset_revision, c.case_id, "cand", 0), run, c, "cand", 0, 0)
-            for c in manifest.cases
+            EvalgateWork(_identity(manifest, c), run, c, "cand", 0, 0) for c in manifest.cases
         ]
         self.store = folder / "store"
         self.writer = EvalgateSegmentWriter(EvalgateLocalStore(str(self.store)), "shard-0-of-1")
@@ -230,7 +234,7 @@ def _parent_script(rig: Rig) -> str:
         from pathlib import Path
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import test_runner_child as t
-        from pytest_evalgate.runner import EvalgateLimits, EvalgateRunner
+        from pytest_evalgate.runner.parent import EvalgateLimits, EvalgateRunner
         from pytest_evalgate.store import EvalgateLocalStore, EvalgateSegmentWriter
         works = t.works_for(Path({str(rig.folder)!r}), {rig.server.base_url!r})
         writer = EvalgateSegmentWriter(EvalgateLocalStore({str(rig.store)!r}), "shard-0-of-1")
@@ -249,10 +253,11 @@ def works_for(folder: Path, base_url: str) -> list[EvalgateWork]:
     endpoint = EvalgateEndpoint(base_url, "m", "chat", None, 10.0, 2, False)
     scorer = evalgate_make_scorer("exact", {}, {}, "evalgate.yaml")
     run = EvalgateSuiteRun(manifest, scorer, 1.0, {"cand": endpoint}, {"cand": PREFIX}, {})
-    return [
-        EvalgateWork((manifest.dataset_revision, c.case_id, "cand", 0), run, c, "cand", 0, 0)
-        for c in manifest.cases
-    ]
+    return [EvalgateWork(_identity(manifest, c), run, c, "cand", 0, 0) for c in manifest.cases]
+
+
+def _identity(manifest: Any, case: Any) -> EvalgateIdentity:
+    return EvalgateIdentity(manifest.dataset_revision, case.case_id, "cand", 0)
 
 
 def _alive(pid: int) -> bool:

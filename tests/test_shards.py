@@ -31,7 +31,7 @@ from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
 from pytest_evalgate.k8s import EVALGATE_STORE_MOUNT, EvalgateRenderOptions, evalgate_render
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.shard import shard_for
-from pytest_evalgate.store import EvalgateIdentityKey, EvalgateLocalStore, evalgate_identity_key
+from pytest_evalgate.store import EvalgateIdentity, EvalgateLocalStore
 
 # Candidate better than baseline on average, with a weak category, so that rules differ.
 CANDIDATE = "simulated://?accuracy=0.9&accuracy.gamma=0.7&seed=11"
@@ -290,9 +290,9 @@ def _wait_for(condition: Callable[[], bool], process: subprocess.Popen[bytes]) -
     return False
 
 
-def _expected_identities(manifest: EvalgateManifest) -> set[EvalgateIdentityKey]:
+def _expected_identities(manifest: EvalgateManifest) -> set[EvalgateIdentity]:
     return {
-        (manifest.dataset_revision, case.case_id, name, repetition)
+        EvalgateIdentity(manifest.dataset_revision, case.case_id, name, repetition)
         for name in manifest.candidates
         for case in manifest.cases
         for repetition in range(manifest.repetitions)
@@ -326,7 +326,8 @@ def _render(manifest: EvalgateManifest) -> tuple[dict[str, Any], dict[str, Any]]
 
 def _assert_exactly_once(store: Path, manifest: EvalgateManifest) -> None:
     lines = Counter(
-        evalgate_identity_key(json.loads(line)["identity"]) for line in _committed_lines(store)
+        EvalgateIdentity.evalgate_from(json.loads(line)["identity"])
+        for line in _committed_lines(store)
     )
     expected = _expected_identities(manifest)
     assert set(lines) == expected

@@ -1,0 +1,266 @@
+"""The runner's child process: works from stdin, requests under the limiter, outcomes to stdout.
+
+It owns an asyncio loop, the ``EvalgateLimiter`` (this process's share of ``budget``) and a
+fixed pool of worker coroutines calling endpoints through ``EvalgateClient``; it talks to the
+pytest process only in ``runner.wire`` messages. It never scores, seals or writes, and it
+imports nothing of the parent side (no manifest, scoring or pytest; tests/test_layering.py).
+
+The first request on each stop channel (one per suite and candidate) goes alone: if it ends in
+a fatal error (401, 403, 400, ...) the channel is closed, and every later work on it is answered
+``halted`` without a request.
+
+The child never outlives the pytest process: when its stdin reaches end-of-file without a
+``close`` message (the parent died, even by SIGKILL), it exits at once (status 3) without
+another request. A bug reports itself with a ``fail`` message, then exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+from collections import deque
+from datetime import UTC, datetime
+
+from pytest_evalgate.budget import EvalgateLimiter
+from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.runner.wire import (
+    EvalgateToChild,
+    EvalgateToParent,
+    EvalgateWireClose,
+    EvalgateWireEndpoint,
+    EvalgateWireFailure,
+    EvalgateWireHalted,
+    EvalgateWireLog,
+    EvalgateWireRequest,
+    EvalgateWireResult,
+    EvalgateWireSetup,
+    EvalgateWireUrge,
+    evalgate_decode_for_child,
+    evalgate_encode,
+)
+from pytest_evalgate.store.records import EvalgateOutcome
+
+_ORPHANED_EXIT = 3  # the child's exit status when the pytest process went away
+_MAX_LINE = 1 << 24
+
+
+class EvalgateChild:
+    """The child's loop: works from stdin, requests under the limiter, outcomes to stdout."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._out = writer
+        self._lines: list[bytes] = []
+        self._endpoints: dict[int, EvalgateEndpoint] = {}
+        self._works: dict[int, EvalgateWireRequest] = {}  # sent, not yet dispatched
+        self._queue: deque[int] = deque()
+        self._urgent: deque[int] = deque()
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self._closing = False
+        self._halted: dict[int, str] = {}  # closed stop channel -> why
+        self._probes: dict[int, asyncio.Future[None]] = {}
+        self._in_flight = 0
+
+    async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
+        """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
+        setup = _setup(evalgate_decode_for_child(await reader.readline()))
+        limiter = EvalgateLimiter(
+            setup.limits.max_concurrency,
+            setup.limits.requests_per_second,
+            setup.limits.tokens_per_minute,
+            log=self._log,
+        )
+        client = EvalgateClient(limiter)
+        workers = [asyncio.create_task(self._worker(client)) for _ in range(setup.concurrency)]
+        while line := await reader.readline():
+            self._take_message(evalgate_decode_for_child(line))
+        if not self._closing:
+            os._exit(_ORPHANED_EXIT)  # the pytest process is gone: not one more request
+        self._wake(len(self._idle))
+        await asyncio.gather(*workers)
+        await client.aclose()
+        self._flush()
+        await self._out.drain()
+
+    def _take_message(self, message: EvalgateToChild) -> None:
+        if isinstance(message, EvalgateWireRequest):
+            self._works[message.index] = message
+            (self._urgent if message.urgent else self._queue).append(message.index)
+            self._wake(1)
+        elif isinstance(message, EvalgateWireUrge):
+            self._urgent.append(message.index)
+            self._wake(1)
+        elif isinstance(message, EvalgateWireEndpoint):
+            self._endpoints[message.index] = message.endpoint
+        elif isinstance(message, EvalgateWireClose):
+            self._closing = True
+        else:
+            raise EvalgateWireError(f"unexpected {message.kind!r} message after the setup")
+
+    def _wake(self, count: int) -> None:
+        # One idle worker per new work, not all 64 on every message.
+        while self._idle and count > 0:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                count -= 1
+
+    def _log(self, line: str) -> None:
+        self._emit(EvalgateWireLog(line))
+
+    def _emit(self, message: EvalgateToParent) -> None:
+        # Batched: one pipe write per loop iteration, however many results it finished.
+        if not self._lines:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._lines.append(evalgate_encode(message))
+
+    def _flush(self) -> None:
+        if self._lines:
+            self._out.write(b"".join(self._lines))
+            self._lines.clear()
+
+    async def evalgate_die(self, exc: BaseException) -> None:
+        """Report ``exc`` after every result already finished, then exit with status 1.
+
+        A bug must not leave the item loop waiting for a record that will never come.
+        """
+        self._emit(EvalgateWireFailure(f"{type(exc).__name__}: {exc}"))
+        self._flush()
+        transport = self._out.transport
+        for _ in range(500):  # at most 5 s for the parent to read what is buffered
+            if transport.is_closing() or not transport.get_write_buffer_size():
+                break
+            await asyncio.sleep(0.01)
+        os._exit(1)
+
+    async def _worker(self, client: EvalgateClient) -> None:
+        try:
+            while (work := await self._next()) is not None:
+                await self._execute(client, work)
+        except Exception as exc:  # never raised for endpoint trouble: a bug, reported at once
+            await self.evalgate_die(exc)
+
+    async def _next(self) -> EvalgateWireRequest | None:
+        while True:
+            work = self._take()
+            if work is not None:
+                return work
+            if self._closing:
+                return None
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            await waiter
+
+    def _take(self) -> EvalgateWireRequest | None:
+        for source in (self._urgent, self._queue):
+            while source:
+                work = self._works.pop(source.popleft(), None)
+                if work is not None:  # None: already dispatched through the other queue
+                    return work
+        return None
+
+    async def _execute(self, client: EvalgateClient, work: EvalgateWireRequest) -> None:
+        probe = await self._enter_probe(work.halt)
+        try:
+            reason = self._halted.get(work.halt)
+            if reason is not None:
+                self._emit(EvalgateWireHalted(work.index, self._in_flight, reason))
+                return
+            self._emit(await self._call(client, work))
+        finally:
+            if probe is not None:
+                probe.set_result(None)
+
+    async def _call(self, client: EvalgateClient, work: EvalgateWireRequest) -> EvalgateWireResult:
+        started = _now()
+        self._in_flight += 1
+        try:
+            endpoint = self._endpoints[work.endpoint]
+            result = await client.call(endpoint, work.body, work.identity, work.est_tokens)
+        finally:
+            self._in_flight -= 1
+        error = result.error
+        fatal = error is not None and error.fatal
+        if error is not None and fatal:
+            self._halted.setdefault(work.halt, f"{error.category}: {error.message}")
+        outcome = evalgate_outcome(result, started, _now())
+        return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
+
+    async def _enter_probe(self, halt: int) -> asyncio.Future[None] | None:
+        # The first work of a stop channel is its probe: the others wait until it is done.
+        existing = self._probes.get(halt)
+        if existing is None:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._probes[halt] = future
+            return future
+        if not existing.done():
+            await asyncio.shield(existing)
+        return None
+
+
+def evalgate_outcome(result: EvalgateCallResult, started: str, finished: str) -> EvalgateOutcome:
+    """What crosses to the parent of a call result: the record's call fields (ITL as its p95
+    only, the error without ``fatal``, which travels beside the outcome)."""
+    error = result.error
+    return {
+        "output": result.output,
+        "finish_reason": result.finish_reason,
+        "attempts": result.attempts,
+        "error": None
+        if error is None
+        else {"category": error.category, "status": error.status, "message": error.message},
+        "timing": {
+            "queued_s": result.queued_s,
+            "ttft_s": result.ttft_s,
+            "tpot_s": result.tpot_s,
+            "e2e_s": result.e2e_s,
+            "itl_p95_s": _p95(result.itl_s),
+        },
+        "usage": {
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+        },
+        "started_at": started,
+        "finished_at": finished,
+    }
+
+
+def _setup(message: EvalgateToChild) -> EvalgateWireSetup:
+    if not isinstance(message, EvalgateWireSetup):
+        raise EvalgateWireError(f"expected the setup first, got a {message.kind!r} message")
+    return message
+
+
+def _p95(values: tuple[float, ...]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)  # nearest rank, as docs/timings.md defines percentiles
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+async def _evalgate_child_main() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, sys.stdout.buffer
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    child = EvalgateChild(writer)
+    try:
+        await child.evalgate_run(reader)
+    except Exception as exc:
+        await child.evalgate_die(exc)
+
+
+def evalgate_child_main() -> int:
+    """Run the child on this process's stdin and stdout; returns its exit status (0) after a
+    ``close``. (An orphaned child and a failed one leave through ``os._exit``: 3 and 1.)"""
+    asyncio.run(_evalgate_child_main())
+    return 0

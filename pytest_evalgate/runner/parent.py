@@ -1,0 +1,461 @@
+"""The runner's pytest side: ``EvalgateRunner`` sends works to the child and seals what returns.
+
+pytest runs one item at a time; an evaluation needs many requests in flight. ``EvalgateRunner``
+(in the pytest process) starts a child process (``python -m pytest_evalgate.runner``, see
+``runner.child``) that requests identities ahead of the item loop. The item loop calls
+``evalgate_wait(work)`` and gets its own identity's sealed record.
+
+Why a child process and not a thread: in one process the item loop (pytest's own ~0.4 ms of
+Python per item) and the HTTP loop (~0.3 ms per request) take turns on one GIL, and every
+syscall of the item loop (capture's dup2, terminal writes) waited for the loop thread to hand
+the GIL back. ``bench/throughput.py`` measured the thread version at 31-48 % of the endpoint
+bound; split over two processes each side gets its own core.
+
+The split (only ``runner.wire`` messages cross, as JSON lines over the child's stdin and stdout):
+
+- the child sends requests and returns call outcomes; it never scores, seals or writes;
+- the pytest process scores (user scorers registered by conftest hooks exist only here), seals
+  the record (``store.evalgate_record``) and hands it to ``EvalgateSegmentWriter``, whose
+  write + fsync runs in the ``EvalgateCommitter`` thread, so a slow disk never stalls the item
+  loop. A record is committed only after it is sealed; a SIGKILL loses only the uncommitted
+  tail (and what the child had not reported yet).
+
+Memory stays flat: the pytest process sends work ``j`` only when ``j < consumed + window``, so
+at most ``window`` works are in the child or finished-but-unconsumed. An item asked for out of
+order is sent (or moved to the front of the child's queue) at once, so the window can never
+deadlock. Each (suite, candidate) has a stop channel: after a fatal error on it (401, 403, 400,
+...) nothing else is sent to that candidate, and its other items get a ``not_requested``
+stand-in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.errors import EvalgateError
+from pytest_evalgate.runner.committer import EvalgateCommitter
+from pytest_evalgate.runner.wire import (
+    EvalgateLimits,
+    EvalgateToParent,
+    EvalgateWireClose,
+    EvalgateWireEndpoint,
+    EvalgateWireHalted,
+    EvalgateWireLog,
+    EvalgateWireRequest,
+    EvalgateWireResult,
+    EvalgateWireSetup,
+    EvalgateWireUrge,
+    evalgate_decode_for_parent,
+    evalgate_encode,
+)
+from pytest_evalgate.scoring import EvalgateScorer, evalgate_passed
+from pytest_evalgate.store import (
+    EvalgateIdentity,
+    EvalgateOutcome,
+    EvalgateRecord,
+    EvalgateRecordError,
+    EvalgateSegmentWriter,
+    EvalgateStandIn,
+    evalgate_not_requested,
+    evalgate_record,
+)
+
+if TYPE_CHECKING:  # types only: the suite's manifest is loaded by the session
+    from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
+
+__all__ = [
+    "EvalgateLimits",
+    "EvalgateProgress",
+    "EvalgateRunner",
+    "EvalgateSuiteRun",
+    "EvalgateWork",
+    "evalgate_estimate_tokens",
+    "evalgate_identity_header",
+    "evalgate_request_body",
+]
+
+_SEND_EVERY = 16  # top the window up every 16 consumed items: one pipe write, not sixteen
+_POLL_S = 0.25  # how often a waiting item loop checks commits and the child's health
+_MIN_POLL_S = 0.01
+_STDERR_TAIL = 2000
+
+_HaltKey = tuple[int, str]  # (id of the suite run, candidate): one stop channel
+
+
+@dataclass
+class EvalgateSuiteRun:
+    """Everything the runner needs about one suite in this process."""
+
+    manifest: EvalgateManifest
+    scorer: EvalgateScorer
+    threshold: float
+    endpoints: dict[str, EvalgateEndpoint]
+    prefixes: dict[str, str]
+    keys: dict[str, str]
+
+
+@dataclass(frozen=True)
+class EvalgateWork:
+    """One identity to request: a case, a candidate, a repetition, and its shard."""
+
+    key: EvalgateIdentity
+    suite: EvalgateSuiteRun = field(compare=False, hash=False)
+    case: EvalgateCase = field(compare=False, hash=False)
+    candidate: str
+    repetition: int
+    shard: int
+
+    def evalgate_grade(self, output: str) -> tuple[float, bool]:
+        """(score, passed) of ``output`` against the case's target, by the suite's scorer."""
+        score = float(self.suite.scorer(output, self.case.target))
+        return score, evalgate_passed(score, self.suite.threshold)
+
+    def evalgate_seal(self, outcome: EvalgateOutcome, writer: str) -> EvalgateRecord:
+        """This identity's sealed record of ``outcome`` (scored unless it is an error)."""
+        return evalgate_record(
+            self.key,
+            outcome,
+            self.evalgate_grade,
+            definition_digest=self.suite.manifest.definition_digest,
+            candidate_key=self.suite.keys[self.candidate],
+            category=self.case.category,
+            cluster=self.case.cluster,
+            shard=self.shard,
+            writer=writer,
+        )
+
+
+@dataclass
+class EvalgateProgress:
+    """Counters the progress line reads (written by the item loop as results arrive)."""
+
+    done: int = 0
+    expected: int = 0
+    in_flight: int = 0
+    output_tokens: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+
+
+class EvalgateRunner:
+    """Runs ``works`` in order in a child process; ``evalgate_wait`` hands out sealed records.
+
+    ``log`` receives the child's log lines (AIMD changes). All methods are for one thread.
+    """
+
+    def __init__(
+        self,
+        works: Sequence[EvalgateWork],
+        writer: EvalgateSegmentWriter,
+        limits: EvalgateLimits,
+        *,
+        concurrency: int,
+        window: int | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self._works = list(works)
+        self._writer = writer
+        self._limits = limits
+        self._concurrency = max(1, concurrency)
+        self._window = window or 4 * self._concurrency + 64
+        self._log = log
+        self._next = 0  # the next position in ``_works`` to send
+        self._consumed = 0
+        self._sent: dict[EvalgateIdentity, int] = {}
+        self._wire: list[EvalgateWork] = []  # wire index -> work
+        self._urged: set[int] = set()
+        self._endpoints: dict[EvalgateEndpoint, int] = {}
+        self._halts: dict[_HaltKey, int] = {}  # stop channel -> its number on the wire
+        self._done: dict[EvalgateIdentity, EvalgateRecord | EvalgateStandIn] = {}
+        self._stopped: dict[_HaltKey, str] = {}
+        self._outbox: list[bytes] = []
+        self._inbox = b""
+        self._child: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._eof = False
+        self._failure: str | None = None
+        self._committer = EvalgateCommitter(writer)
+        self.progress = EvalgateProgress(expected=len(self._works))
+
+    # -- the item loop's side ---------------------------------------------------------------
+
+    def evalgate_start(self) -> None:
+        """Start the child and send it the setup and the first window of works."""
+        # Kept open for the child's life (closed in _reap): a crash's traceback is read back.
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "pytest_evalgate.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=_child_env(),
+        )
+        assert self._child.stdout is not None
+        os.set_blocking(self._child.stdout.fileno(), False)
+        self._committer.start()
+        self._outbox.append(evalgate_encode(EvalgateWireSetup(self._concurrency, self._limits)))
+        self._fill()
+        self._flush()
+
+    def evalgate_wait(self, work: EvalgateWork) -> EvalgateRecord | EvalgateStandIn:
+        """Block until ``work``'s record is ready; returns the sealed record, or the
+        ``not_requested`` stand-in when its candidate was stopped."""
+        key = work.key
+        self._pump(0.0)
+        if key not in self._done:
+            self._urge(work)
+        while key not in self._done:
+            self._check_alive()
+            self._pump(self._writer_timeout())
+        record = self._done.pop(key)
+        self._consumed += 1
+        if self._consumed % _SEND_EVERY == 0:
+            self._fill()
+        self._flush()
+        return record
+
+    def evalgate_stopped_reason(self, work: EvalgateWork) -> str | None:
+        """Why ``work``'s candidate was stopped (a fatal endpoint error), or None."""
+        return self._stopped.get(_halt_key(work))
+
+    def evalgate_close(self) -> None:
+        """Let the child finish what it was sent, seal and commit the tail, stop the child."""
+        try:
+            self._drain()
+        finally:
+            self._reap()
+            self._committer.evalgate_stop()
+        if self._failure is not None:
+            raise EvalgateError(f"evalgate runner failed: {self._failure}")
+
+    def _drain(self) -> None:
+        child = self._child
+        if child is None or child.stdin is None:
+            return
+        self._outbox.append(evalgate_encode(EvalgateWireClose()))
+        self._flush()
+        _close_quietly(child.stdin)
+        while not self._eof:
+            self._pump(self._writer_timeout())
+        self._commit_due()
+
+    def _reap(self) -> None:
+        child = self._child
+        if child is None:
+            return
+        if child.poll() is None and not self._eof:
+            child.kill()  # only on an error path: the drain above ends with the child's exit
+        try:
+            status = child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            status = child.wait()
+        if status != 0 and self._failure is None:
+            self._failure = f"child exited with status {status}: {self._stderr_tail()}"
+        _close_quietly(child.stdout)
+        _close_quietly(self._stderr)
+
+    def _check_alive(self) -> None:
+        if self._failure is not None or self._eof:
+            reason = self._failure or f"child process ended: {self._stderr_tail()}"
+            raise EvalgateError(f"evalgate runner stopped: {reason}")
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
+
+    def _writer_timeout(self) -> float:
+        # Never 0: a waiting item loop sleeps in select() instead of spinning.
+        return min(_POLL_S, max(_MIN_POLL_S, self._writer.max_age_s / 2))
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        limit = min(len(self._works), self._consumed + self._window)
+        while self._next < limit:
+            work = self._works[self._next]
+            self._next += 1
+            if work.key not in self._sent:
+                self._send(work, urgent=False)
+
+    def _urge(self, work: EvalgateWork) -> None:
+        index = self._sent.get(work.key)
+        if index is None:
+            self._send(work, urgent=True)
+        elif index not in self._urged:
+            self._urged.add(index)
+            self._outbox.append(evalgate_encode(EvalgateWireUrge(index)))
+        self._flush()
+
+    def _send(self, work: EvalgateWork, *, urgent: bool) -> None:
+        index = len(self._wire)
+        self._wire.append(work)
+        self._sent[work.key] = index
+        request = EvalgateWireRequest(
+            index,
+            self._endpoint_index(work.suite.endpoints[work.candidate]),
+            self._halt_index(work),
+            evalgate_request_body(work),
+            evalgate_identity_header(work),
+            evalgate_estimate_tokens(work),
+            urgent,
+        )
+        self._outbox.append(evalgate_encode(request))
+
+    def _endpoint_index(self, endpoint: EvalgateEndpoint) -> int:
+        # Declared on the wire before the first work that names it.
+        index = self._endpoints.get(endpoint)
+        if index is None:
+            index = self._endpoints[endpoint] = len(self._endpoints)
+            self._outbox.append(evalgate_encode(EvalgateWireEndpoint(index, endpoint)))
+        return index
+
+    def _halt_index(self, work: EvalgateWork) -> int:
+        return self._halts.setdefault(_halt_key(work), len(self._halts))
+
+    def _flush(self) -> None:
+        child = self._child
+        if not self._outbox or child is None or child.stdin is None or child.stdin.closed:
+            return
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        try:
+            child.stdin.write(data)
+            child.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self._eof = True  # the child is gone; _check_alive reports why
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def _pump(self, timeout: float) -> None:
+        """Read what the child reported (waiting up to ``timeout`` for the first byte)."""
+        child = self._child
+        if child is None or child.stdout is None or self._eof:
+            return
+        fd = child.stdout.fileno()
+        if timeout > 0 and not select.select([fd], [], [], timeout)[0]:
+            self._commit_due()
+            return
+        self._read(fd)
+        self._commit_due()
+
+    def _read(self, fd: int) -> None:
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 18)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self._eof = True
+                break
+            chunks.append(chunk)
+        if not chunks:
+            return
+        data = self._inbox + b"".join(chunks)
+        lines = data.split(b"\n")
+        self._inbox = lines.pop()
+        for line in lines:
+            self._receive(evalgate_decode_for_parent(line))
+
+    def _receive(self, message: EvalgateToParent) -> None:
+        if isinstance(message, EvalgateWireResult):
+            self._result(message)
+        elif isinstance(message, EvalgateWireHalted):
+            self._halted(message)
+        elif isinstance(message, EvalgateWireLog):
+            if self._log is not None:
+                self._log(message.line)
+        else:
+            self._failure = message.reason
+
+    def _result(self, message: EvalgateWireResult) -> None:
+        work = self._wire[message.index]
+        self.progress.in_flight = message.in_flight
+        error = message.outcome["error"]
+        if message.fatal and error is not None:
+            self._stopped.setdefault(_halt_key(work), f"{error['category']}: {error['message']}")
+        record = work.evalgate_seal(message.outcome, self._writer.writer)
+        self._writer.evalgate_add(work.suite.prefixes[work.candidate], record)
+        self._count(error, record["usage"]["completion_tokens"])
+        self._done[work.key] = record
+
+    def _halted(self, message: EvalgateWireHalted) -> None:
+        work = self._wire[message.index]
+        self.progress.in_flight = message.in_flight
+        stand_in = evalgate_not_requested(work.candidate, message.reason)
+        self._count(stand_in["error"], None)
+        self._done[work.key] = stand_in
+
+    def _commit_due(self) -> None:
+        if self._writer.evalgate_due():
+            self._committer.evalgate_put(self._writer.evalgate_take())
+
+    def _count(self, error: EvalgateRecordError | None, completion_tokens: int | None) -> None:
+        self.progress.done += 1
+        if error is not None:
+            self.progress.errors[error["category"]] += 1
+        if isinstance(completion_tokens, int):
+            self.progress.output_tokens += completion_tokens
+
+
+def _halt_key(work: EvalgateWork) -> _HaltKey:
+    return (id(work.suite), work.candidate)
+
+
+def _child_env() -> dict[str, str]:
+    # The child imports the very package this process runs, wherever it was imported from.
+    here = os.path.abspath(__file__)  # <root>/pytest_evalgate/runner/parent.py
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
+
+
+def _close_quietly(handle: IO[bytes] | None) -> None:
+    if handle is None:
+        return
+    with contextlib.suppress(OSError):  # a broken pipe on close: the child is gone
+        handle.close()
+
+
+def evalgate_request_body(work: EvalgateWork) -> dict[str, Any]:
+    """The request body (without model/stream): prompt plus generation settings.
+
+    A fixed ``seed`` is offset by the repetition, so a deliberate re-sample differs when the
+    temperature allows it; a transport retry resends the same body.
+    """
+    manifest = work.suite.manifest
+    body: dict[str, Any] = dict(manifest.generation)
+    if "seed" in body:
+        body["seed"] = int(body["seed"]) + work.repetition
+    prompt = work.case.evalgate_prompt_json()
+    body["prompt" if isinstance(prompt, str) else "messages"] = prompt
+    return body
+
+
+def evalgate_identity_header(work: EvalgateWork) -> str:
+    """The ``x-evalgate-identity`` header value: ``revision/candidate/case/rN``."""
+    revision, case_id, candidate, repetition = work.key
+    return f"{revision}/{candidate}/{case_id}/r{repetition}"
+
+
+def evalgate_estimate_tokens(work: EvalgateWork) -> int:
+    """Tokens to reserve from the tokens-per-minute budget: prompt size (4 chars a token) plus
+    ``max_tokens``; corrected by the response's ``usage`` afterwards."""
+    prompt = work.case.evalgate_prompt_json()
+    chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
+    return chars // 4 + 1 + int(work.suite.manifest.generation.get("max_tokens", 256))

@@ -1,0 +1,98 @@
+"""The result store: sealed records in atomic, append-only segment files.
+
+Layout (SPEC section 5; docs/store.md)::
+
+    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/gen-<g>/GENERATION.json
+    <root>/<suite>/<definition_digest[:16]>/<candidate_key>/gen-<g>/shard-<i>-of-<N>/seg-<writer>-<seq>.jsonl
+
+One job per module:
+
+- ``records``: the record of SPEC section 5 (``EvalgateRecord`` and its parts), the identity
+  (``EvalgateIdentity``), the record builder, seal and checksum;
+- ``backend``: the ``EvalgateStoreBackend`` seam and the local folder backend;
+- ``writer``: the segment writer (one per process, atomic segments, nothing replaced);
+- ``reader``: verified reading, problems, the incremental follower;
+- ``generations``: the folder layout and store generations (``--evalgate-fresh``).
+
+Import public names from here; the modules are the store's own structure.
+"""
+
+from __future__ import annotations
+
+from pytest_evalgate.store.backend import (
+    EVALGATE_FAULT_COMMIT_PAUSE_ENV,
+    EvalgateLocalStore,
+    EvalgateStoreBackend,
+)
+from pytest_evalgate.store.generations import (
+    EVALGATE_GENERATION_MARKER,
+    evalgate_candidate_prefix,
+    evalgate_generation_prefix,
+    evalgate_generations,
+    evalgate_use_generation,
+)
+from pytest_evalgate.store.reader import (
+    EvalgateExpectation,
+    EvalgateStoreFollower,
+    EvalgateStoreProblem,
+    EvalgateStoreView,
+    evalgate_read_candidate,
+    evalgate_read_generation,
+)
+from pytest_evalgate.store.records import (
+    EVALGATE_OUTCOME_FIELDS,
+    EVALGATE_RECORD_FIELDS,
+    EvalgateGrade,
+    EvalgateIdentity,
+    EvalgateIdentityFields,
+    EvalgateOutcome,
+    EvalgateRecord,
+    EvalgateRecordError,
+    EvalgateStandIn,
+    EvalgateTiming,
+    EvalgateUsage,
+    evalgate_checksum_ok,
+    evalgate_not_requested,
+    evalgate_record,
+    evalgate_seal,
+)
+from pytest_evalgate.store.writer import (
+    EvalgateSegment,
+    EvalgateSegmentWriter,
+    evalgate_writer_id,
+)
+
+__all__ = [
+    "EVALGATE_FAULT_COMMIT_PAUSE_ENV",
+    "EVALGATE_GENERATION_MARKER",
+    "EVALGATE_OUTCOME_FIELDS",
+    "EVALGATE_RECORD_FIELDS",
+    "EvalgateExpectation",
+    "EvalgateGrade",
+    "EvalgateIdentity",
+    "EvalgateIdentityFields",
+    "EvalgateLocalStore",
+    "EvalgateOutcome",
+    "EvalgateRecord",
+    "EvalgateRecordError",
+    "EvalgateSegment",
+    "EvalgateSegmentWriter",
+    "EvalgateStandIn",
+    "EvalgateStoreBackend",
+    "EvalgateStoreFollower",
+    "EvalgateStoreProblem",
+    "EvalgateStoreView",
+    "EvalgateTiming",
+    "EvalgateUsage",
+    "evalgate_candidate_prefix",
+    "evalgate_checksum_ok",
+    "evalgate_generation_prefix",
+    "evalgate_generations",
+    "evalgate_not_requested",
+    "evalgate_read_candidate",
+    "evalgate_read_generation",
+    "evalgate_record",
+    "evalgate_seal",
+    "evalgate_use_generation",
+    "evalgate_writer_id",
+]

@@ -1,0 +1,257 @@
+"""The record of SPEC section 5 and the identity it is keyed by: types, builder, seal.
+
+A record is builtins only (it is JSON on disk and crosses processes); ``EvalgateRecord`` and its
+nested ``TypedDict``s name its fields for the type checker without costing a conversion. The
+store owns this contract: the runner builds records with ``evalgate_record``, the reader verifies
+them, aggregation and items consume them.
+
+The bytes on disk are the canonical JSON (``canonical.evalgate_canonical_json``) of the sealed
+record; ``checksum`` is the sha256 of the canonical JSON of the record without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, NotRequired, TypedDict, cast
+
+from pytest_evalgate.canonical import evalgate_sha256_hex
+
+EVALGATE_RECORD_FIELDS = frozenset(
+    {
+        "identity", "definition_digest", "candidate_key", "category", "cluster", "output",
+        "score", "passed", "attempts", "error", "timing", "usage", "finish_reason", "shard",
+        "writer", "started_at", "finished_at", "checksum",
+    }
+)  # fmt: skip
+
+EVALGATE_OUTCOME_FIELDS = frozenset(
+    {"output", "finish_reason", "attempts", "error", "timing", "usage", "started_at", "finished_at"}
+)
+
+
+class EvalgateIdentity(NamedTuple):
+    """One identity (SPEC section 2): what a record is stored, resumed and counted by.
+
+    A tuple, so it is hashable, equal to the plain tuple of its fields and ordered field by
+    field: dataset revision, case id, candidate, then repetition as a number (r2 before r10).
+    """
+
+    dataset_revision: str
+    case_id: str
+    candidate: str
+    repetition: int
+
+    @classmethod
+    def evalgate_from(cls, identity: Mapping[str, Any]) -> EvalgateIdentity:
+        """The identity of a record's ``identity`` member, coerced to (str, str, str, int).
+
+        Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for a repetition
+        that is not a number.
+        """
+        return cls(
+            str(identity["dataset_revision"]),
+            str(identity["case_id"]),
+            str(identity["candidate"]),
+            int(identity["repetition"]),
+        )
+
+    def evalgate_fields(self) -> EvalgateIdentityFields:
+        """The record's ``identity`` member for this identity."""
+        return {
+            "dataset_revision": self.dataset_revision,
+            "case_id": self.case_id,
+            "candidate": self.candidate,
+            "repetition": self.repetition,
+        }
+
+    def evalgate_label(self) -> str:
+        """How problems and messages name it: ``revision/candidate/case[rN]``."""
+        return f"{self.dataset_revision}/{self.candidate}/{self.case_id}[r{self.repetition}]"
+
+
+class EvalgateIdentityFields(TypedDict):
+    """A record's ``identity`` member."""
+
+    dataset_revision: str
+    case_id: str
+    candidate: str
+    repetition: int
+
+
+class EvalgateRecordError(TypedDict):
+    """A record's ``error`` member: why the identity has no result (category of SPEC 5)."""
+
+    category: str
+    status: int | None
+    message: str
+
+
+class EvalgateTiming(TypedDict):
+    """A record's ``timing`` member, in seconds (docs/timings.md)."""
+
+    queued_s: float
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
+    itl_p95_s: float | None
+
+
+class EvalgateUsage(TypedDict):
+    """A record's ``usage`` member, as the endpoint reported it (None when it did not)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class EvalgateRecord(TypedDict):
+    """One committed result for one identity (SPEC section 5; docs/architecture.md).
+
+    With ``error`` set the identity has no result: ``score`` and ``passed`` are None.
+    """
+
+    identity: EvalgateIdentityFields
+    definition_digest: str
+    candidate_key: str
+    category: str
+    cluster: str
+    output: str | None
+    score: float | None
+    passed: bool | None
+    attempts: int
+    error: EvalgateRecordError | None
+    timing: EvalgateTiming
+    usage: EvalgateUsage
+    finish_reason: str | None
+    shard: int
+    writer: str
+    started_at: str
+    finished_at: str
+    checksum: str
+
+
+class EvalgateOutcome(TypedDict):
+    """What one request produced, as the runner's child reports it: the record's fields that
+    come from the call (``started_at``/``finished_at`` are ISO 8601 UTC)."""
+
+    output: str | None
+    finish_reason: str | None
+    attempts: int
+    error: EvalgateRecordError | None
+    timing: EvalgateTiming
+    usage: EvalgateUsage
+    started_at: str
+    finished_at: str
+
+
+class EvalgateStandIn(TypedDict):
+    """What an item gets in place of a record that does not exist; never stored.
+
+    ``error`` says why (category ``not_requested``: its candidate was stopped; ``missing``:
+    nothing committed and nothing requested).
+    """
+
+    error: EvalgateRecordError
+    attempts: NotRequired[int]
+
+
+EvalgateGrade = Callable[[str], tuple[float, bool]]
+"""Scores one output: ``grade(output) -> (score, passed)``."""
+
+
+def evalgate_record(
+    identity: EvalgateIdentity,
+    outcome: EvalgateOutcome,
+    grade: EvalgateGrade,
+    *,
+    definition_digest: str,
+    candidate_key: str,
+    category: str,
+    cluster: str,
+    shard: int,
+    writer: str,
+) -> EvalgateRecord:
+    """The sealed record of ``identity`` for ``outcome``.
+
+    ``grade`` is called (with ``output``, ``""`` for None) only when the outcome has no error;
+    an error record has ``score`` and ``passed`` None. The nested members are copied field by
+    field, so the record holds exactly the schema's fields whatever else ``outcome`` carries.
+    """
+    score: float | None = None
+    passed: bool | None = None
+    error = outcome["error"]
+    if error is None:
+        score, passed = grade(outcome["output"] or "")
+    return evalgate_seal(
+        {
+            "identity": identity.evalgate_fields(),
+            "definition_digest": definition_digest,
+            "candidate_key": candidate_key,
+            "category": category,
+            "cluster": cluster,
+            "output": outcome["output"],
+            "score": score,
+            "passed": passed,
+            "attempts": outcome["attempts"],
+            "error": None if error is None else _error_fields(error),
+            "timing": _timing_fields(outcome["timing"]),
+            "usage": _usage_fields(outcome["usage"]),
+            "finish_reason": outcome["finish_reason"],
+            "shard": shard,
+            "writer": writer,
+            "started_at": outcome["started_at"],
+            "finished_at": outcome["finished_at"],
+        }
+    )
+
+
+# The copies below also give every record the same (interned) key strings: a dict decoded from a
+# wire line has fresh ones, about 400 bytes per record more while pytest keeps its items.
+def _error_fields(error: EvalgateRecordError) -> EvalgateRecordError:
+    return {"category": error["category"], "status": error["status"], "message": error["message"]}
+
+
+def _timing_fields(timing: EvalgateTiming) -> EvalgateTiming:
+    return {
+        "queued_s": timing["queued_s"],
+        "ttft_s": timing["ttft_s"],
+        "tpot_s": timing["tpot_s"],
+        "e2e_s": timing["e2e_s"],
+        "itl_p95_s": timing["itl_p95_s"],
+    }
+
+
+def _usage_fields(usage: EvalgateUsage) -> EvalgateUsage:
+    return {
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+    }
+
+
+def evalgate_not_requested(candidate: str, reason: str) -> EvalgateStandIn:
+    """The stand-in of an identity not requested because ``candidate`` was stopped after
+    ``reason`` (a fatal endpoint error). Never stored: the next run requests the identity."""
+    message = f"not requested: candidate {candidate!r} was stopped after {reason}"
+    return {"error": {"category": "not_requested", "status": None, "message": message}}
+
+
+def evalgate_seal(record: Mapping[str, Any]) -> EvalgateRecord:
+    """A copy of ``record`` (the fields of ``EvalgateRecord``; a checksum present is replaced)
+    with its ``checksum``: the sha256 of the canonical record without it."""
+    body = {key: value for key, value in record.items() if key != "checksum"}
+    body["checksum"] = evalgate_sha256_hex(body)
+    return cast(EvalgateRecord, body)
+
+
+def evalgate_checksum_ok(line: bytes, record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` (parsed from the stored ``line``) carries its own checksum."""
+    # Fast path: writers store the canonical JSON of the sealed record, so the line without its
+    # checksum member is exactly the hashed body (a JSON string cannot contain an unescaped
+    # quote, so the first `"checksum":"<hex>",` is the member itself). Any other line falls
+    # back to re-canonicalising the parsed record.
+    checksum = record["checksum"]
+    if isinstance(checksum, str):
+        member = b'"checksum":"' + checksum.encode("ascii", "replace") + b'",'
+        if hashlib.sha256(line.strip().replace(member, b"", 1)).hexdigest() == checksum:
+            return True
+    return bool(evalgate_seal(record)["checksum"] == checksum)
