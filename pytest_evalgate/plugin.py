@@ -65,7 +65,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--evalgate-report",
         default=None,
         metavar="DIR",
-        help="write decision.json, report.md and forest.png to DIR",
+        help="write decision.json, report.md, report.html and forest.png to DIR",
+    )
+    group.addoption(
+        "--evalgate-report-text",
+        action="store_true",
+        default=False,
+        help="let reports and the terminal show case input, target and output (eval sets are"
+        " crown jewels: without this flag only case ids leave the store)",
     )
     group.addoption(
         "--evalgate-sign-key",

@@ -32,7 +32,9 @@ from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
     EvalgateTally,
+    evalgate_junit_decision,
     evalgate_rule_reports,
+    evalgate_testcase_properties,
 )
 from pytest_evalgate.manifest import (
     EVALGATE_MANIFEST_NAME,
@@ -294,13 +296,16 @@ class EvalgatePlugin:
                 sign_key=self.config.getoption("evalgate_sign_key"),
                 perf=perf,
                 tier=self.config.getoption("evalgate_tier"),
+                report_text=bool(self.config.getoption("evalgate_report_text")),
             )
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
         self.summary += [f"wrote {path}" for path in outcome.written]
         self.config.hook.pytest_evalgate_decision(config=self.config, decision=outcome.decision)
+        evalgate_junit_decision(self.config, outcome.decision)
+        properties = evalgate_testcase_properties(self.config)
         for rule in outcome.decision["rules"]:
-            for report in evalgate_rule_reports(rule, outcome.decision):
+            for report in evalgate_rule_reports(rule, outcome.decision, properties):
                 self.config.hook.pytest_runtest_logreport(report=report)
 
     def _perf(

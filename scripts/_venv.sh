@@ -33,4 +33,6 @@ evalgate_apt() {  # BINARY PACKAGE WHY TESTS
 evalgate_apt bwrap bubblewrap "the code-scoring sandbox" "bwrap sandbox"
 # The online-canary tests (SPEC section 15) start a real Prometheus (the binary; no service).
 evalgate_apt prometheus prometheus "the canary check tests" "canary check"
+# The report browser tests render report.html in Debian's chromium (headless, no service).
+evalgate_apt chromium chromium "the report browser tests" "report browser"
 export PATH="$evalgate_venv/bin:$PATH"

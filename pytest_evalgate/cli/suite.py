@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def evalgate_suite_commands() -> tuple[EvalgateCommand, ...]:
     """The suite subcommands, in ``evalgate --help`` order."""
     gate_help = "gate what the store holds for a suite (no requests)"
-    report_help = "re-render report.md and forest.png from decision.json"
+    report_help = "re-render report.md, report.html and forest.png from decision.json"
     return (
         EvalgateCommand("pin", "write the dataset sha256 into a suite's manifest", _suite, _pin),
         EvalgateCommand("gate", gate_help, _gate_arguments, _gate),
@@ -41,7 +41,14 @@ def _gate_arguments(parser: argparse.ArgumentParser) -> None:
     _suite(parser)
     parser.add_argument("--store", default=".evalgate", help="result store root")
     parser.add_argument("--policy", help="gate policy (default: the suite's gate.yaml)")
-    parser.add_argument("--report", help="write decision.json, report.md, forest.png here")
+    parser.add_argument(
+        "--report", help="write decision.json, report.md, report.html, forest.png here"
+    )
+    parser.add_argument(
+        "--report-text",
+        action="store_true",
+        help="let the reports show case input, target and output (only case ids otherwise)",
+    )
     parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
 
 
@@ -73,7 +80,7 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
     return evalgate_decide(
         backend, manifest, selection, policy,
-        report_dir=args.report, sign_key=args.sign_key, perf=perf,
+        report_dir=args.report, sign_key=args.sign_key, perf=perf, report_text=args.report_text,
     )  # fmt: skip
 
 
