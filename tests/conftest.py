@@ -1,6 +1,7 @@
 """Test-suite wiring.
 
 - ``tests/`` helpers (suitekit, faultserver) are importable as top-level modules.
+- ``seaweed``: one real S3 server (SeaweedFS) per test session, for the S3 store's tests.
 - The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use) is imported
   here, in the outer process: pytester's in-process runs
   restore ``sys.modules`` after each inner session, and numpy refuses to be imported a second
@@ -11,10 +12,26 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import scipy.stats  # noqa: F401  (imported lazily by stats.py; see the module docstring)
 
 import pytest_evalgate.session  # noqa: F401  (see the module docstring)
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from seaweedkit import EvalgateSeaweed, evalgate_weed_unusable
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvalgateSeaweed]:
+    """One SeaweedFS S3 server for the session (tests/seaweedkit.py); skips only where the
+    ``weed`` binary cannot run on this machine."""
+    reason = evalgate_weed_unusable()
+    if reason:
+        pytest.skip(reason)
+    server = EvalgateSeaweed.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()
