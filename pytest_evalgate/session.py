@@ -346,7 +346,9 @@ class EvalgatePlugin:
             _share_or_none(budget["tokens_per_minute"], parts, index),
         )
         # AIMD changes (logged by the runner's child): shown with --log-cli-level=INFO
-        self.runner = EvalgateRunner(mine, writer, limits, concurrency=share, log=_LOG.info)
+        self.runner = EvalgateRunner(
+            mine, writer, limits, concurrency=share, log=_LOG.info, journal_store=self.store_root
+        )
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()
         # Items, works and the manifest live until the process ends: frozen, the collections of
