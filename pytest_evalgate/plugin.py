@@ -28,7 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--evalgate-store",
         default=None,
         metavar="PATH",
-        help="result store root (default .evalgate/, or the evalgate_store ini key)",
+        help="result store: a folder (default .evalgate/, or the evalgate_store ini key) "
+        "or s3://bucket/prefix",
     )
     group.addoption(
         "--evalgate-shard",

@@ -63,10 +63,10 @@ from pytest_evalgate.shard import (
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,
-    EvalgateLocalStore,
     EvalgateRecord,
     EvalgateSegmentWriter,
     evalgate_candidate_prefix,
+    evalgate_open_store,
     evalgate_read_generation,
     evalgate_use_generation,
 )
@@ -111,7 +111,8 @@ class EvalgatePlugin:
         self.writer_run = uuid.uuid4().hex
         self.topology = self._topology()
         self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
-        self.backend = EvalgateLocalStore(self.store_root)
+        with evalgate_usage_errors():  # an S3 store is probed here, before any request
+            self.backend = evalgate_open_store(self.store_root)
         self.candidates = set(config.getoption("evalgate_candidate"))
         self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
         self.runner: EvalgateRunner | None = None
@@ -378,7 +379,9 @@ class EvalgatePlugin:
             _share_or_none(budget["tokens_per_minute"], parts, index),
         )
         # AIMD changes (logged by the runner's child): shown with --log-cli-level=INFO
-        self.runner = EvalgateRunner(mine, writer, limits, concurrency=share, log=_LOG.info)
+        self.runner = EvalgateRunner(
+            mine, writer, limits, concurrency=share, log=_LOG.info, journal_store=self.store_root
+        )
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()
         # Items, works and the manifest live until the process ends: frozen, the collections of

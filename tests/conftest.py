@@ -1,6 +1,7 @@
 """Test-suite wiring.
 
 - ``tests/`` helpers (suitekit, faultserver) are importable as top-level modules.
+- ``seaweed``: one real S3 server (SeaweedFS) per test session, for the S3 store's tests.
 - ``GITHUB_STEP_SUMMARY`` is removed for every test: a gated run appends its report.md there,
   and this suite's own CI job must not get one summary per inner test run.
 - The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use, and
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +32,21 @@ import pytest_evalgate.session  # noqa: F401  (see the module docstring)
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from seaweedkit import EvalgateSeaweed, evalgate_weed_unusable
+
 
 @pytest.fixture(autouse=True)
 def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvalgateSeaweed]:
+    """One SeaweedFS S3 server for the session (tests/seaweedkit.py); skips only where the
+    ``weed`` binary cannot run on this machine."""
+    reason = evalgate_weed_unusable()
+    if reason:
+        pytest.skip(reason)
+    server = EvalgateSeaweed.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()
