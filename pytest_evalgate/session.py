@@ -42,6 +42,11 @@ from pytest_evalgate.manifest import (
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
+from pytest_evalgate.runner.execution import (
+    evalgate_code_scorer,
+    evalgate_execution_settings,
+    evalgate_prepare_sandbox,
+)
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
@@ -85,8 +90,17 @@ class EvalgateSuite:
         extra: dict[str, Any] = {}
         for found in config.hook.pytest_evalgate_scorers(config=config):
             extra.update(found or {})
-        self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        code = self.manifest.sandbox is not None  # scorer: code
+        self.scorer = (
+            evalgate_code_scorer(options, path)
+            if code
+            else evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        )
         self.threshold = evalgate_threshold(options, path)
+        # The sandbox is probed once per process at collection, before any request.
+        runs = not (config.getoption("evalgate_aggregate") or config.option.collectonly)
+        sandbox = self.manifest.sandbox
+        self.sandbox = evalgate_prepare_sandbox(sandbox) if sandbox is not None and runs else None
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
         found = evalgate_policy_path(self.manifest, policy_path)
@@ -401,7 +415,24 @@ class EvalgatePlugin:
             self._load_stored(
                 manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
             )
-        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
+        run = EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
+        run.sandbox = self._execution(suite)
+        return run
+
+    def _execution(self, suite: EvalgateSuite) -> dict[str, Any] | None:
+        manifest = suite.manifest
+        if suite.sandbox is None or manifest.sandbox is None:
+            return None
+        with evalgate_usage_errors():
+            return evalgate_execution_settings(
+                suite.sandbox,
+                manifest.sandbox,
+                manifest.evaluator,
+                hide=(os.path.abspath(self.store_root),),
+                stage=manifest.path,
+                parts=self.topology.parts,
+                index=self.topology.part_index,
+            )
 
     def _generation(self, candidate_prefix: str) -> str:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.

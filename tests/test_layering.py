@@ -20,7 +20,7 @@ PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
-    "decision",
+    "decision", "manifest_code",
 }  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
@@ -32,6 +32,7 @@ CHILD_SIDE = ("runner.child", "runner.__main__")
 CHILD_MAY_IMPORT = (
     "pytest_evalgate.runner.child", "pytest_evalgate.runner.wire", "pytest_evalgate.client",
     "pytest_evalgate.budget", "pytest_evalgate.errors", "pytest_evalgate.store.records",
+    "pytest_evalgate.runner.execution", "pytest_evalgate.sandbox",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

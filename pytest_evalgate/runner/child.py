@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.runner.execution import EvalgateExecutionStage
 from pytest_evalgate.runner.wire import (
     EvalgateToChild,
     EvalgateToParent,
@@ -62,6 +63,7 @@ class EvalgateChild:
         self._halted: dict[int, str] = {}  # closed stop channel -> why
         self._probes: dict[int, asyncio.Future[None]] = {}
         self._in_flight = 0
+        self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
@@ -80,6 +82,7 @@ class EvalgateChild:
             os._exit(_ORPHANED_EXIT)  # the pytest process is gone: not one more request
         self._wake(len(self._idle))
         await asyncio.gather(*workers)
+        await self._stage.evalgate_drain()
         await client.aclose()
         self._flush()
         await self._out.drain()
@@ -168,7 +171,7 @@ class EvalgateChild:
             if reason is not None:
                 self._emit(EvalgateWireHalted(work.index, self._in_flight, reason))
                 return
-            self._emit(await self._call(client, work))
+            self._stage.evalgate_after(work.execution, await self._call(client, work))
         finally:
             if probe is not None:
                 probe.set_result(None)

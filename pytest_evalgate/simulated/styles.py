@@ -71,5 +71,10 @@ def evalgate_sim_key_answerer(
 
 
 def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> EvalgateSimAnswerer:
-    """The answer logic ``config`` selects; today every config selects the answer-key style."""
+    """The answer logic ``config`` selects: the code style (``code_style.py``) under ``code=1``,
+    else the answer-key style."""
+    if config.code:
+        from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
+
+        return evalgate_sim_code_answerer(config, key)
     return evalgate_sim_key_answerer(config, key)

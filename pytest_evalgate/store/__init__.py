@@ -40,6 +40,7 @@ from pytest_evalgate.store.reader import (
     evalgate_read_generation,
 )
 from pytest_evalgate.store.records import (
+    EVALGATE_OPTIONAL_FIELDS,
     EVALGATE_OUTCOME_FIELDS,
     EVALGATE_RECORD_FIELDS,
     EvalgateGrade,
@@ -48,6 +49,7 @@ from pytest_evalgate.store.records import (
     EvalgateOutcome,
     EvalgateRecord,
     EvalgateRecordError,
+    EvalgateSandboxFacts,
     EvalgateStandIn,
     EvalgateTiming,
     EvalgateUsage,
@@ -65,6 +67,7 @@ from pytest_evalgate.store.writer import (
 __all__ = [
     "EVALGATE_FAULT_COMMIT_PAUSE_ENV",
     "EVALGATE_GENERATION_MARKER",
+    "EVALGATE_OPTIONAL_FIELDS",
     "EVALGATE_OUTCOME_FIELDS",
     "EVALGATE_RECORD_FIELDS",
     "EvalgateExpectation",
@@ -75,6 +78,7 @@ __all__ = [
     "EvalgateOutcome",
     "EvalgateRecord",
     "EvalgateRecordError",
+    "EvalgateSandboxFacts",
     "EvalgateSegment",
     "EvalgateSegmentWriter",
     "EvalgateStandIn",
