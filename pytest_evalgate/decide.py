@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_evalgate.aggregate import EvalgateAggregate, EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.aggregate_code import evalgate_code_decision
 from pytest_evalgate.attest import (
     evalgate_refusal_reason,
     evalgate_sign,
@@ -75,6 +76,7 @@ def evalgate_decide(
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
+    evalgate_code_decision(decision, aggregate.sandbox)  # scorer: code only
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     written, notes = _publish(decision, report_dir, sign_key)
     all_pass = gate is not None and gate.passed

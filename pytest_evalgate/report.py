@@ -18,6 +18,7 @@ import numpy as np
 
 from pytest_evalgate import __version__
 from pytest_evalgate.aggregate import EvalgateAggregate
+from pytest_evalgate.aggregate_code import evalgate_sandbox_lines
 from pytest_evalgate.gate import EvalgateGateResult, EvalgatePolicy, evalgate_policy_digest
 from pytest_evalgate.manifest import EvalgateCandidate, EvalgateManifest
 
@@ -120,6 +121,7 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     lines += _perf_phase_lines(decision.get("perf_phase"))
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
+    lines += evalgate_sandbox_lines(decision)  # scorer: code only
     if decision["canary_hits"]:
         lines.append(f"CANARY: {decision['canary_hits']} output(s) contain the canary string")
     return lines
