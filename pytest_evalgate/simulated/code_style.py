@@ -17,12 +17,13 @@ Contracts
   tries the harness's loopback, environment, home and root folders, then raises.
 - Every answer is one fenced ``python`` block after a line of prose. An unknown prompt (not
   in the key) or tests of another form get ``wrong`` code.
+- ``code_echo=1`` replaces all of the above: the answer is the text of the prompt's last
+  message, verbatim, so a test chooses exactly the code a "model" writes (escape attempts).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pytest_evalgate.simulated.answers import EvalgateSimKey
@@ -63,12 +64,21 @@ def evalgate_sim_code_answerer(
     """The code style's answer logic over ``key`` (module contract)."""
 
     def answer(ask: EvalgateSimAsk) -> str:
+        if config.code_echo:
+            return evalgate_sim_last_message(ask.prompt)
         row = key.get(ask.digest)
         tests, category = row if row is not None else ("", None)
         kind = evalgate_sim_code_kind(config, category, ask.salt)
         return f"Here is the solution.\n\n```python\n{evalgate_sim_code(kind, tests)}```\n"
 
     return answer
+
+
+def evalgate_sim_last_message(prompt: object) -> str:
+    """The text of a chat prompt's last message, or a completion prompt itself."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
 
 
 def evalgate_sim_code_kind(
@@ -147,11 +157,3 @@ def _function(name: str, cases: dict[str, str], right: bool) -> str:
     rows = "".join(f"    {args!r}: {value},\n" for args, value in sorted(cases.items()))
     table = f"_{name.upper()}"
     return f"{table} = {{\n{rows}}}\n\n\ndef {name}(*args):\n    return {table}[repr(args)]\n"
-
-
-def evalgate_sim_code_kinds(
-    config: EvalgateSimConfig, salts: list[tuple[object, ...]]
-) -> Iterator[str]:
-    """The kinds the draws of ``salts`` give (for tests of the rates)."""
-    for salt in salts:
-        yield evalgate_sim_code_kind(config, None, salt)

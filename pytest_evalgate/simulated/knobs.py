@@ -56,6 +56,7 @@ class EvalgateSimConfig:
     code_memory: float = 0.0
     code_fork: float = 0.0
     code_escape: float = 0.0
+    code_echo: bool = False
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""
