@@ -101,6 +101,7 @@ class EvalgateSuite:
         runs = not (config.getoption("evalgate_aggregate") or config.option.collectonly)
         sandbox = self.manifest.sandbox
         self.sandbox = evalgate_prepare_sandbox(sandbox) if sandbox is not None and runs else None
+        self.execution: dict[str, Any] | None = None  # set by the plugin, which knows the share
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
         found = evalgate_policy_path(self.manifest, policy_path)
@@ -156,9 +157,9 @@ class EvalgatePlugin:
         """The suite at ``path``, loaded once; a config error is kept for a usage error."""
         if path not in self.suites:
             try:
-                self.suites[path] = EvalgateSuite(
-                    self.config, path, self._policy_option(), self._gates()
-                )
+                suite = EvalgateSuite(self.config, path, self._policy_option(), self._gates())
+                suite.execution = self._execution(suite)  # scorer: code: its sandbox share
+                self.suites[path] = suite
             except EvalgateConfigError as exc:
                 self.config_errors.append(exc)
                 self.suites[path] = None
@@ -416,23 +417,22 @@ class EvalgatePlugin:
                 manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
             )
         run = EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
-        run.sandbox = self._execution(suite)
+        run.sandbox = suite.execution
         return run
 
     def _execution(self, suite: EvalgateSuite) -> dict[str, Any] | None:
         manifest = suite.manifest
         if suite.sandbox is None or manifest.sandbox is None:
             return None
-        with evalgate_usage_errors():
-            return evalgate_execution_settings(
-                suite.sandbox,
-                manifest.sandbox,
-                manifest.evaluator,
-                hide=(os.path.abspath(self.store_root),),
-                stage=manifest.path,
-                parts=self.topology.parts,
-                index=self.topology.part_index,
-            )
+        return evalgate_execution_settings(
+            suite.sandbox,
+            manifest.sandbox,
+            manifest.evaluator,
+            hide=(os.path.abspath(self.store_root),),
+            stage=manifest.path,
+            parts=self.topology.parts,
+            index=self.topology.part_index,
+        )
 
     def _generation(self, candidate_prefix: str) -> str:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
