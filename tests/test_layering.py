@@ -20,7 +20,7 @@ PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
-    "decision", "manifest_code", "aggregate_code",
+    "decision", "manifest_code", "aggregate_code", "k8s_sandbox",
 }  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
