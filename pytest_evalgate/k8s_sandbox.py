@@ -7,13 +7,14 @@ service-account token, default-deny egress) and gains only what creating namespa
 
 - without a runtime class: ``hostUsers: false`` (Kubernetes user namespaces: the pod's uids,
   and so the sandbox's, map to unprivileged host uids), ``procMount: Unmasked`` (bwrap mounts a
-  fresh ``/proc`` for the sandbox's PID namespace; masked paths forbid that), and the seccomp
-  and AppArmor profiles ``Unconfined`` for this one container (the runtime's default seccomp
-  profile refuses ``unshare``/``clone`` of new namespaces to a container without
-  ``CAP_SYS_ADMIN``); a node-installed ``Localhost`` profile that allows exactly those calls is
-  the tighter choice where clusters have one (docs/kubernetes.md).
+  fresh ``/proc`` for the sandbox's PID namespace; masked paths forbid that), and, for this
+  one container, the ``Localhost`` seccomp profile ``k8s/sandbox/evalgate-sandbox.json``
+  (the runtime's default profile refuses ``unshare``/``clone`` of new namespaces and ``mount``
+  to a container without ``CAP_SYS_ADMIN``; this one allows them and refuses module loading,
+  kexec, bpf, ptrace and the like). Pod Security ``restricted`` admits ``Localhost`` profiles;
+  the AppArmor profile stays the runtime's default.
 - with ``sandbox.runtime_class`` (gVisor, Kata): ``runtimeClassName`` is rendered and the pod
-  runs against that runtime's kernel; the container profiles are the same.
+  runs against that runtime's kernel; the seccomp profile is the same.
 
 The probe (``evalgate_sandbox_prepare`` at collection) runs first in every pod and ends it with
 exit status 4 (a failed index, not retried) when the sandbox does not hold there. The
@@ -27,14 +28,15 @@ from typing import Any
 
 _JSON = dict[str, Any]
 EVALGATE_HARNESS_CONTAINER = "evalgate"
+EVALGATE_SECCOMP_PROFILE = "evalgate-sandbox.json"
+"""The ``localhostProfile`` a code suite's harness container names (k8s/sandbox/)."""
 
 
 def evalgate_sandbox_container_security(base: Mapping[str, Any], user_namespaces: bool) -> _JSON:
     """The harness container's security context for a code suite, from the hardened ``base``."""
     context: _JSON = {
         **base,
-        "seccompProfile": {"type": "Unconfined"},
-        "appArmorProfile": {"type": "Unconfined"},
+        "seccompProfile": {"type": "Localhost", "localhostProfile": EVALGATE_SECCOMP_PROFILE},
     }
     if user_namespaces:
         context["procMount"] = "Unmasked"

@@ -4,6 +4,7 @@ Kubernetes versions tests/test_k8s.py checks); other suites' pods are unchanged.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from pytest_evalgate.k8s import evalgate_container_security, evalgate_render
-from pytest_evalgate.k8s_sandbox import evalgate_sandbox_pod
+from pytest_evalgate.k8s_sandbox import EVALGATE_SECCOMP_PROFILE, evalgate_sandbox_pod
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,8 +48,11 @@ def test_a_code_worker_runs_the_sandbox_in_user_namespaces(tmp_path: Path) -> No
     assert context["allowPrivilegeEscalation"] is False
     assert context["capabilities"] == {"drop": ["ALL"]}
     assert context["procMount"] == "Unmasked"
-    assert context["seccompProfile"] == {"type": "Unconfined"}
-    assert context["appArmorProfile"] == {"type": "Unconfined"}
+    assert context["seccompProfile"] == {
+        "type": "Localhost",
+        "localhostProfile": "evalgate-sandbox.json",
+    }
+    assert "appArmorProfile" not in context  # never Unconfined: Pod Security restricted
     assert worker["automountServiceAccountToken"] is False
     assert worker["securityContext"]["runAsNonRoot"] is True
     # The aggregation pod runs no code: the default hardening, nothing for namespaces.
@@ -97,4 +101,25 @@ def test_only_the_harness_container_gets_the_sandbox_context() -> None:
     }
     out = evalgate_sandbox_pod(pod, {"runtime_class": None})
     assert out["containers"][1]["securityContext"] == evalgate_container_security()
-    assert out["containers"][0]["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert out["containers"][0]["securityContext"]["seccompProfile"]["type"] == "Localhost"
+
+
+def test_the_shipped_seccomp_profile_allows_the_sandbox_and_refuses_the_dangerous() -> None:
+    profile = json.loads((REPO / "k8s" / "sandbox" / EVALGATE_SECCOMP_PROFILE).read_text())
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+    (rule,) = profile["syscalls"]
+    assert rule["action"] == "SCMP_ACT_ERRNO" and rule["errnoRet"] == 1
+    denied = set(rule["names"])
+    # What bubblewrap builds a sandbox with must stay allowed.
+    assert denied.isdisjoint({"clone", "clone3", "unshare", "mount", "umount2", "pivot_root",
+                              "prctl", "setresuid", "capset", "execve", "wait4"})  # fmt: skip
+    assert {"init_module", "kexec_load", "bpf", "ptrace", "keyctl", "userfaultfd"} <= denied
+
+
+def test_the_restricted_pod_security_level_admits_the_harness_context(tmp_path: Path) -> None:
+    # Pod Security "restricted": seccomp RuntimeDefault or Localhost (never Unconfined), no
+    # privilege escalation, every capability dropped, non-root.
+    context = _harness(_pods(_code_manifest(tmp_path))[0])["securityContext"]
+    assert context["seccompProfile"]["type"] in ("RuntimeDefault", "Localhost")
+    assert context["allowPrivilegeEscalation"] is False and context["runAsNonRoot"] is True
+    assert context["capabilities"]["drop"] == ["ALL"] and "add" not in context["capabilities"]
