@@ -107,6 +107,12 @@ def _attempts(port: int, paths: dict[str, Path], harness: int) -> dict[str, tupl
             "        RESULTS[name] = type(error).__name__\n",
             "assert RESULTS == {'parent': 'sent', 'harness': 'ProcessLookupError'}, RESULTS\n",
         ),
+        "store_folder": (
+            "import os\ntry:\n"
+            f"    LISTED = os.listdir({str(paths['store'])!r})\n"
+            "except OSError as error:\n    LISTED = type(error).__name__\n",
+            "assert LISTED in ('FileNotFoundError', 'PermissionError'), LISTED\n",
+        ),
         "control": ("def double(x):\n    return 2 * x\n", "assert double(21) == 42\n"),
     }
 
@@ -139,6 +145,7 @@ EXPECTED = {
     "ten_gigabytes": "memory",
     "background": "passed",
     "kill_parent": "passed",
+    "store_folder": "passed",
     "control": "passed",
 }
 
@@ -212,12 +219,13 @@ def test_every_escape_attempt_is_contained_through_the_plugin(
         "project": tmp_path / "project-secret.txt",
         "outside": tmp_path / "escaped.txt",
         "marker": tmp_path / "marker.txt",
+        "store": tmp_path / "store",
     }
     paths["project"].write_text(SECRET)
     attempts = _attempts(listener.getsockname()[1], paths, os.getpid())
     before = host_folders()
     started = time.monotonic()
-    result = _run(tmp_path, _suite(tmp_path, isolation, attempts), tmp_path / "store")
+    result = _run(tmp_path, _suite(tmp_path, isolation, attempts), paths["store"])
     records = _records(tmp_path / "store")
 
     # The run went on: every item reported, the gate ran, the control case passed.
