@@ -24,14 +24,25 @@ Contracts
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from pytest_evalgate.simulated.answers import EvalgateSimKey
 from pytest_evalgate.simulated.draws import evalgate_sim_uniform
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
-if TYPE_CHECKING:  # types only: styles.py (the seam) imports this module
-    from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, EvalgateSimAsk
+
+class EvalgateSimCodeAsk(Protocol):
+    """What the code style reads of a request (``styles.EvalgateSimAsk`` fits; the seam
+    imports this module, so this module does not import the seam)."""
+
+    @property
+    def prompt(self) -> Any: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def salt(self) -> tuple[Any, ...]: ...
+
 
 EVALGATE_SIM_CODE_KINDS = ("right", "wrong", "loop", "memory", "fork", "escape")
 """Every kind of answer the code style gives."""
@@ -60,10 +71,10 @@ raise RuntimeError(f"escape attempt: {SEEN}")
 
 def evalgate_sim_code_answerer(
     config: EvalgateSimConfig, key: EvalgateSimKey
-) -> EvalgateSimAnswerer:
+) -> Callable[[EvalgateSimCodeAsk], str]:
     """The code style's answer logic over ``key`` (module contract)."""
 
-    def answer(ask: EvalgateSimAsk) -> str:
+    def answer(ask: EvalgateSimCodeAsk) -> str:
         if config.code_echo:
             return evalgate_sim_last_message(ask.prompt)
         row = key.get(ask.digest)

@@ -24,6 +24,7 @@ from pytest_evalgate.simulated.answers import (
     evalgate_prompt_digest,
     evalgate_sim_keyed_answer,
 )
+from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
@@ -74,7 +75,5 @@ def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> Eva
     """The answer logic ``config`` selects: the code style (``code_style.py``) under ``code=1``,
     else the answer-key style."""
     if config.code:
-        from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
-
         return evalgate_sim_code_answerer(config, key)
     return evalgate_sim_key_answerer(config, key)
