@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pytest_evalgate.aggregate_code import evalgate_case_scores, evalgate_sandbox_summary
 from pytest_evalgate.contamination import evalgate_canary_identities
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.store import (
@@ -101,6 +102,7 @@ class EvalgateAggregate:
     canary_hits: int = 0
     canary_identities: list[dict[str, Any]] = field(default_factory=list)
     gate_input: EvalgateGateInput | None = None
+    sandbox: dict[str, Any] | None = None  # scorer: code (aggregate_code.py)
 
 
 def evalgate_aggregate(
@@ -130,6 +132,9 @@ def evalgate_aggregate(
         canary_hits=_canary_hits(manifest.canary, results.values()),
         canary_identities=evalgate_canary_identities(manifest.canary, results.values()),
     )
+    pass_at_k = manifest.evaluator.get("pass_at_k")
+    if manifest.sandbox is not None:
+        aggregate.sandbox = evalgate_sandbox_summary(results.values(), errors, pass_at_k)
     if pair is not None and all(name in selection.candidates for name in pair):
         aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
         aggregate.flipped = _flipped(aggregate.gate_input)
@@ -237,12 +242,14 @@ def _gate_input(
     )
     shape = (len(paired), manifest.repetitions)
     cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
+    k = manifest.evaluator.get("pass_at_k")
     return EvalgateGateInput(
         case_ids=tuple(paired),
         categories=np.array([index[c].category for c in paired], dtype=str),
         clusters=np.array([index[c].cluster for c in paired], dtype=str),
-        candidate_scores=cand.mean(axis=1) if paired else np.zeros(0),
-        baseline_scores=base.mean(axis=1) if paired else np.zeros(0),
+        # pass@k per case with evaluator.pass_at_k (scorer: code), else the mean.
+        candidate_scores=evalgate_case_scores(cand, k) if paired else np.zeros(0),
+        baseline_scores=evalgate_case_scores(base, k) if paired else np.zeros(0),
         # Floors count a case as failed when any repetition failed, one trial per case: at
         # temperature 0 repetitions are copies, and counting them as independent trials would
         # shrink the exact bound; and for safety slices one success of an attack is a failure.

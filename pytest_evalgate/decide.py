@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_evalgate.aggregate import EvalgateAggregate, EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.aggregate_code import evalgate_code_decision
 from pytest_evalgate.attest import (
     evalgate_refusal_reason,
     evalgate_sign,
@@ -115,6 +116,7 @@ def evalgate_decide(
         decision["contamination"] = evalgate_contamination_record(aggregate.canary_identities)
     if tier_record is not None:
         decision.update(tier=tier_record, attestable=False)
+    evalgate_code_decision(decision, aggregate.sandbox)  # scorer: code only
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
     written, notes = publish.run(decision)

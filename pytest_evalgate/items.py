@@ -115,6 +115,8 @@ class EvalgateItem(pytest.Item):
             # One identical reason per stopped candidate: pytest folds these skips into one
             # summary line, while the probe that met the fatal error stays an error.
             pytest.skip(error["message"])
+        if error is not None and error["category"] == "sandbox":  # scorer: code
+            pytest.fail(f"sandbox error [sandbox]: {error['message']}", pytrace=False)
         if error is not None:
             status = f" (HTTP {error['status']})" if error.get("status") else ""
             pytest.fail(
@@ -133,7 +135,7 @@ class EvalgateItem(pytest.Item):
         if self.config.getoption("evalgate_report_text", False):
             self.add_report_section("call", "evalgate answer", self._answer_text(record))
         pytest.fail(
-            f"wrong answer [{self.case.category}]: score {record['score']:.2f}"
+            f"wrong answer [{self.case.category}]: {_why(record)}"
             f" (case {self.case.case_id}, {self.candidate}, r{self.repetition})",
             pytrace=False,
         )
@@ -157,10 +159,22 @@ class EvalgateItem(pytest.Item):
                 ("evalgate.error_category", error["category"] if error else None),
             ]
         )
+        sandbox = record.get("sandbox")
+        if sandbox is not None:  # scorer: code
+            self.user_properties.append(("evalgate.sandbox_outcome", sandbox["outcome"]))
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         """Location shown in reports: the suite file and the identity."""
         return str(self.path), None, f"{self.candidate}::{self.name}"
+
+
+def _why(record: Mapping[str, Any]) -> str:
+    """A wrong answer's reason: its code's outcome (scorer: code), else its score."""
+    sandbox = record.get("sandbox")
+    if sandbox is None:
+        return f"score {record['score']:.2f}"
+    message = f": {_cut(sandbox['message'])}" if sandbox["message"] else ""
+    return f"{sandbox['outcome']}{message}"
 
 
 def _cut(text: str) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
+from pytest_evalgate.k8s_sandbox import evalgate_sandbox_pod
 from pytest_evalgate.manifest import evalgate_base_url_env
 
 EVALGATE_STORE_MOUNT = "/store"
@@ -146,6 +147,7 @@ def _worker_job(
         "no:cacheprovider",
     ]
     pod = _pod_spec(manifest, image, command, opts, sidecar)
+    pod = evalgate_sandbox_pod(pod, getattr(manifest, "sandbox", None))  # scorer: code only
     spec = {
         "completionMode": "Indexed",
         "completions": n,

@@ -25,6 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest_code import (
+    EvalgateSandboxBlock,
+    evalgate_check_code_keys,
+    evalgate_evaluator_definition,
+    evalgate_sandbox_definition,
+    evalgate_sandbox_settings,
+)
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
@@ -98,6 +105,9 @@ class _Evaluator(_Strict):
     revision: str
     scorer: str
     options: dict[str, Any] = Field(default_factory=dict)
+    language: str | None = None  # scorer: code only (manifest_code.py), like the two below
+    extract: str | None = None
+    pass_at_k: int | None = None
 
 
 class _Generation(_Strict):
@@ -171,6 +181,7 @@ class _Manifest(_Strict):
     perf: _Perf | None = None
     canary: str | None = None
     tiers: dict[str, _Tier] = Field(default_factory=dict)
+    sandbox: EvalgateSandboxBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +241,7 @@ class EvalgateManifest:
     definition_digest: str
     cases: tuple[EvalgateCase, ...] = field(repr=False)
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
+    sandbox: Mapping[str, Any] | None = None  # scorer: code only, defaults filled in
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -279,6 +291,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         definition_digest=evalgate_sha256_hex(definition),
         cases=cases,
         tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
+        sandbox=evalgate_sandbox_settings(model.evaluator.scorer, model.sandbox),
     )
 
 
@@ -331,6 +344,8 @@ def _check_semantics(path: str, model: _Manifest) -> None:
                 raise EvalgateConfigError(path, "judge.model", reason)
     if model.evaluator.scorer == "judge" and model.judge is None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
+    evaluator = model.evaluator.model_dump()
+    evalgate_check_code_keys(path, evaluator, model.sandbox, model.repetitions)
 
 
 def _dataset_digest(path: str, dataset_path: str) -> str:
@@ -477,11 +492,14 @@ def _definition(model: _Manifest, dataset_sha256: str) -> dict[str, Any]:
     return {
         "dataset": {"sha256": dataset_sha256, "revision": model.dataset.revision},
         "prompt": model.prompt.model_dump(),
-        "evaluator": model.evaluator.model_dump(),
+        "evaluator": evalgate_evaluator_definition(model.evaluator.model_dump()),
         "judge": judge,
         "generation": model.generation.model_dump(exclude_none=True),
         "repetitions": model.repetitions,
         "api": model.api,
+        **evalgate_sandbox_definition(
+            evalgate_sandbox_settings(model.evaluator.scorer, model.sandbox)
+        ),
     }
 
 

@@ -44,6 +44,11 @@ from pytest_evalgate.manifest import (
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
+from pytest_evalgate.runner.execution import (
+    evalgate_code_scorer,
+    evalgate_execution_settings,
+    evalgate_prepare_sandbox,
+)
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
@@ -88,12 +93,22 @@ class EvalgateSuite:
         extra: dict[str, Any] = {}
         for found in config.hook.pytest_evalgate_scorers(config=config):
             extra.update(found or {})
-        self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        code = self.manifest.sandbox is not None  # scorer: code
+        self.scorer = (
+            evalgate_code_scorer(options, path)
+            if code
+            else evalgate_make_scorer(evaluator["scorer"], options, extra, path)
+        )
         self.threshold = evalgate_threshold(options, path)
         tier = config.getoption("evalgate_tier")
         if tier is not None and policy_path is None:  # a tier's own policy, if it names one
             spec = evalgate_tier_spec(self.manifest.tiers, tier, path)
             policy_path = evalgate_tier_policy(spec, self.manifest.suite_dir)
+        # The sandbox is probed once per process at collection, before any request.
+        runs = not (config.getoption("evalgate_aggregate") or config.option.collectonly)
+        sandbox = self.manifest.sandbox
+        self.sandbox = evalgate_prepare_sandbox(sandbox) if sandbox is not None and runs else None
+        self.execution: dict[str, Any] | None = None  # set by the plugin, which knows the share
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
         found = evalgate_policy_path(self.manifest, policy_path)
@@ -150,9 +165,9 @@ class EvalgatePlugin:
         """The suite at ``path``, loaded once; a config error is kept for a usage error."""
         if path not in self.suites:
             try:
-                self.suites[path] = EvalgateSuite(
-                    self.config, path, self._policy_option(), self._gates()
-                )
+                suite = EvalgateSuite(self.config, path, self._policy_option(), self._gates())
+                suite.execution = self._execution(suite)  # scorer: code: its sandbox share
+                self.suites[path] = suite
             except EvalgateConfigError as exc:
                 self.config_errors.append(exc)
                 self.suites[path] = None
@@ -437,7 +452,23 @@ class EvalgatePlugin:
             self._load_stored(
                 manifest.definition_digest, manifest.dataset_revision, keys[name], prefix
             )
-        return EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
+        run = EvalgateSuiteRun(manifest, suite.scorer, suite.threshold, {}, prefixes, keys)
+        run.sandbox = suite.execution
+        return run
+
+    def _execution(self, suite: EvalgateSuite) -> dict[str, Any] | None:
+        manifest = suite.manifest
+        if suite.sandbox is None or manifest.sandbox is None:
+            return None
+        return evalgate_execution_settings(
+            suite.sandbox,
+            manifest.sandbox,
+            manifest.evaluator,
+            hide=(os.path.abspath(self.store_root),),
+            stage=manifest.path,
+            parts=self.topology.parts,
+            index=self.topology.part_index,
+        )
 
     def _generation(self, candidate_prefix: str) -> str:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.

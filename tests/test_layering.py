@@ -20,7 +20,7 @@ PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
-    "decision", "online", "canary", "k8s_store",
+    "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
 }  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
@@ -35,6 +35,7 @@ CHILD_MAY_IMPORT = (
     # the resume journal (issue 15): its writer, its format, and the store it writes to
     "pytest_evalgate.runner.journal", "pytest_evalgate.store.journal",
     "pytest_evalgate.store.location", "pytest_evalgate.store.backend",
+    "pytest_evalgate.runner.execution", "pytest_evalgate.sandbox",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

@@ -26,6 +26,7 @@ KNOBS = (
     "output_jitter", "fail_401", "fail_400", "quota", "fail_429_first", "retry_after",
     "fail_500_first", "fail_rate", "hang_first", "hang_s", "canary", "canary_rate",
     "service_slots",
+    "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
 )  # fmt: skip
 
 

@@ -16,8 +16,8 @@ import pytest_evalgate.simulated as simulated
 PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
 ORDER = (
-    "knobs", "draws", "canary", "answers", "styles", "plan", "faults", "responses", "protocol",
-    "slots", "app", "server", "spec", "process", "__main__",
+    "knobs", "draws", "canary", "answers", "code_style", "styles", "plan", "faults", "responses",
+    "protocol", "slots", "app", "server", "spec", "process", "__main__",
 )  # fmt: skip
 HTTP_LAYER = ("responses", "protocol", "app")
 

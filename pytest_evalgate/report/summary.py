@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_evalgate.aggregate_code import evalgate_sandbox_lines
+
 _FLIPS_SHOWN = 20
 
 
@@ -27,6 +29,7 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     lines += _perf_phase_lines(decision.get("perf_phase"))
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
+    lines += evalgate_sandbox_lines(decision)  # scorer: code only
     if decision["canary_hits"]:
         lines.append(f"CANARY: {decision['canary_hits']} output(s) contain the canary string")
     return lines

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.runner.execution import EvalgateExecutionStage
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
 from pytest_evalgate.runner.wire import (
     EvalgateToChild,
@@ -68,6 +69,7 @@ class EvalgateChild:
         self._probes: dict[int, asyncio.Future[None]] = {}
         self._in_flight = 0
         self._journal: EvalgateJournalWriter | None = None
+        self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
@@ -87,6 +89,7 @@ class EvalgateChild:
             os._exit(_ORPHANED_EXIT)  # the pytest process is gone: not one more request
         self._wake(len(self._idle))
         await asyncio.gather(*workers)
+        await self._stage.evalgate_drain()
         await client.aclose()
         self._flush()
         await self._out.drain()
@@ -177,7 +180,7 @@ class EvalgateChild:
                 return
             result = await self._call(client, work)
             await self._journal_answer(work, result)
-            self._emit(result)
+            self._stage.evalgate_after(work.execution, result)
         finally:
             if probe is not None:
                 probe.set_result(None)

@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.committer import EvalgateCommitter
+from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
@@ -104,6 +105,7 @@ class EvalgateSuiteRun:
     endpoints: dict[str, EvalgateEndpoint]
     prefixes: dict[str, str]
     keys: dict[str, str]
+    sandbox: dict[str, Any] | None = None  # scorer: code (runner.execution settings)
 
 
 @dataclass(frozen=True)
@@ -124,10 +126,11 @@ class EvalgateWork:
 
     def evalgate_seal(self, outcome: EvalgateOutcome, writer: str) -> EvalgateRecord:
         """This identity's sealed record of ``outcome`` (scored unless it is an error)."""
+        code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
         return evalgate_record(
             self.key,
             outcome,
-            self.evalgate_grade,
+            evalgate_code_grade(outcome) if code else self.evalgate_grade,
             definition_digest=self.suite.manifest.definition_digest,
             candidate_key=self.suite.keys[self.candidate],
             category=self.case.category,
@@ -334,7 +337,9 @@ class EvalgateRunner:
         return True
 
     def _journal_folder(self, work: EvalgateWork) -> str | None:
-        if self._journal_store is None:
+        # A code suite's answer is not final until the sandbox ran it in the child, so it is
+        # neither journaled nor replayed: a rerun asks again (docs/decisions.md).
+        if self._journal_store is None or work.suite.sandbox is not None:
             return None
         prefix = work.suite.prefixes[work.candidate]
         return evalgate_journal_folder(prefix, self._writer.shard_dir)
@@ -354,6 +359,7 @@ class EvalgateRunner:
             evalgate_estimate_tokens(work),
             urgent,
             self._journal_folder(work),
+            evalgate_execution_request(work.suite.sandbox, work.case.target),
         )
         self._outbox.append(evalgate_encode(request))
 

@@ -30,7 +30,11 @@ from typing import Any, ClassVar, Self, TypeVar
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateWireError
-from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
+from pytest_evalgate.store.records import (
+    EVALGATE_OUTCOME_FIELDS,
+    EvalgateOutcome,
+    evalgate_has_fields,
+)
 
 _EXCERPT = 200
 
@@ -102,6 +106,7 @@ class EvalgateWireRequest(_EvalgateWireMessage):
     est_tokens: int
     urgent: bool
     journal: str | None = None  # the journal folder of an answer to this work (or none)
+    execution: dict[str, Any] | None = None  # scorer: code only (runner/execution.py)
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,9 @@ class EvalgateWireResult(_EvalgateWireMessage):
     def evalgate_from_fields(cls, fields: dict[str, Any]) -> Self:
         """Checks the outcome's fields as well (the record builder reads every one)."""
         outcome = fields.get("outcome")
-        if not isinstance(outcome, dict) or outcome.keys() != EVALGATE_OUTCOME_FIELDS:
+        if not isinstance(outcome, dict) or not evalgate_has_fields(
+            outcome, EVALGATE_OUTCOME_FIELDS
+        ):
             raise TypeError("outcome fields differ from EvalgateOutcome")
         return cls(**fields)
 
@@ -191,14 +198,17 @@ def _nested(value: object) -> dict[str, Any]:
     raise TypeError(f"not a wire value: {type(value).__name__}")
 
 
+_OPTIONAL = frozenset({"execution"})
 _M = TypeVar("_M", bound=_EvalgateWireMessage)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_nested)
 _DECODER = json.JSONDecoder()
 
 
 def evalgate_encode(message: EvalgateToChild | EvalgateToParent) -> bytes:
-    """``message`` as one line of the wire (UTF-8 JSON, ending in a newline)."""
-    return _ENCODER.encode({"kind": message.kind, **vars(message)}).encode() + b"\n"
+    """``message`` as one line of the wire (UTF-8 JSON, ending in a newline); an optional
+    field left at its ``None`` default is not written (the decoder gives it back)."""
+    fields = {k: v for k, v in vars(message).items() if v is not None or k not in _OPTIONAL}
+    return _ENCODER.encode({"kind": message.kind, **fields}).encode() + b"\n"
 
 
 def evalgate_decode_for_child(line: bytes) -> EvalgateToChild:

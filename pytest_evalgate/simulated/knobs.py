@@ -24,6 +24,8 @@ from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
 _UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"})
+_CODE_RATES = ("code_loop", "code_memory", "code_fork", "code_escape")  # code_style.py
+_UNIT_KNOBS |= frozenset(_CODE_RATES)
 _CATEGORY_PREFIX = "accuracy."
 
 
@@ -52,6 +54,12 @@ class EvalgateSimConfig:
     canary: str | None = None  # text appended to an answer with probability canary_rate
     canary_rate: float = 0.0
     service_slots: int = 0  # server-side concurrency limit (0: none); the rest queue
+    code: bool = False  # the code style (code_style.py) and its misbehaviour rates
+    code_loop: float = 0.0
+    code_memory: float = 0.0
+    code_fork: float = 0.0
+    code_escape: float = 0.0
+    code_echo: bool = False
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""
@@ -131,6 +139,8 @@ def evalgate_sim_config_from_knobs(
             by_category[name.removeprefix(_CATEGORY_PREFIX)] = float(value)
         else:
             values[name] = value
+    if sum(float(values.get(name, 0.0)) for name in _CODE_RATES) > 1.0:
+        raise EvalgateConfigError(source, "code_loop", f"{' + '.join(_CODE_RATES)} must be <= 1")
     return EvalgateSimConfig(**values, accuracy_by_category=tuple(sorted(by_category.items())))
 
 

@@ -43,6 +43,7 @@ from pytest_evalgate.store.reader import (
     evalgate_read_generation,
 )
 from pytest_evalgate.store.records import (
+    EVALGATE_OPTIONAL_FIELDS,
     EVALGATE_OUTCOME_FIELDS,
     EVALGATE_RECORD_FIELDS,
     EvalgateGrade,
@@ -51,6 +52,7 @@ from pytest_evalgate.store.records import (
     EvalgateOutcome,
     EvalgateRecord,
     EvalgateRecordError,
+    EvalgateSandboxFacts,
     EvalgateStandIn,
     EvalgateTiming,
     EvalgateUsage,
@@ -69,6 +71,7 @@ from pytest_evalgate.store.writer import (
 __all__ = [
     "EVALGATE_FAULT_COMMIT_PAUSE_ENV",
     "EVALGATE_GENERATION_MARKER",
+    "EVALGATE_OPTIONAL_FIELDS",
     "EVALGATE_OUTCOME_FIELDS",
     "EVALGATE_RECORD_FIELDS",
     "EvalgateExpectation",
@@ -80,6 +83,7 @@ __all__ = [
     "EvalgateRecord",
     "EvalgateRecordError",
     "EvalgateS3Store",
+    "EvalgateSandboxFacts",
     "EvalgateSegment",
     "EvalgateSegmentWriter",
     "EvalgateStandIn",

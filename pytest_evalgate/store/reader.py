@@ -20,6 +20,7 @@ from pytest_evalgate.store.records import (
     EvalgateIdentity,
     EvalgateRecord,
     evalgate_checksum_ok,
+    evalgate_has_fields,
 )
 
 
@@ -156,7 +157,7 @@ def _parse_record(line: bytes, expect: EvalgateExpectation) -> tuple[EvalgateRec
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None, "malformed line (not JSON): a truncated or corrupted record"
-    if not isinstance(record, dict) or set(record) != EVALGATE_RECORD_FIELDS:
+    if not isinstance(record, dict) or not evalgate_has_fields(record, EVALGATE_RECORD_FIELDS):
         return None, "malformed record: fields differ from the record schema"
     if not evalgate_checksum_ok(line, record):
         return None, "checksum mismatch: the record was altered or corrupted"

@@ -12,7 +12,7 @@ record; ``checksum`` is the sha256 of the canonical JSON of the record without i
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, NotRequired, TypedDict, cast
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
@@ -28,6 +28,16 @@ EVALGATE_RECORD_FIELDS = frozenset(
 EVALGATE_OUTCOME_FIELDS = frozenset(
     {"output", "finish_reason", "attempts", "error", "timing", "usage", "started_at", "finished_at"}
 )
+
+EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox"})
+"""Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
+(``EvalgateSandboxFacts``). Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
+
+
+def evalgate_has_fields(members: Iterable[str], required: frozenset[str]) -> bool:
+    """Whether ``members`` are ``required`` plus, at most, optional ones."""
+    extra = set(members) - required
+    return len(required) + len(extra) == len(set(members)) and extra <= EVALGATE_OPTIONAL_FIELDS
 
 
 class EvalgateIdentity(NamedTuple):
@@ -104,6 +114,23 @@ class EvalgateUsage(TypedDict):
     completion_tokens: int | None
 
 
+class EvalgateSandboxFacts(TypedDict):
+    """A code suite's ``sandbox`` member: how the answer's execution ended (docs/sandbox.md).
+
+    ``outcome`` is ``passed`` | ``tests_failed`` | ``timeout`` | ``memory`` | ``crashed``;
+    ``exit_status`` None when killed at the timeout; ``start_s`` the sandbox's start time,
+    ``run_s`` the run after it; ``sandboxed`` False only for ``isolation: none``.
+    """
+
+    outcome: str
+    message: str
+    exit_status: int | None
+    start_s: float
+    run_s: float
+    isolation: str
+    sandboxed: bool
+
+
 class EvalgateRecord(TypedDict):
     """One committed result for one identity (SPEC section 5; docs/architecture.md).
 
@@ -128,6 +155,7 @@ class EvalgateRecord(TypedDict):
     started_at: str
     finished_at: str
     checksum: str
+    sandbox: NotRequired[EvalgateSandboxFacts]
 
 
 class EvalgateOutcome(TypedDict):
@@ -142,6 +170,7 @@ class EvalgateOutcome(TypedDict):
     usage: EvalgateUsage
     started_at: str
     finished_at: str
+    sandbox: NotRequired[EvalgateSandboxFacts]
 
 
 class EvalgateStandIn(TypedDict):
@@ -182,6 +211,8 @@ def evalgate_record(
     error = outcome["error"]
     if error is None:
         score, passed = grade(outcome["output"] or "")
+    sandbox = outcome.get("sandbox")
+    optional = {} if sandbox is None else {"sandbox": _sandbox_fields(sandbox)}
     return evalgate_seal(
         {
             "identity": identity.evalgate_fields(),
@@ -201,6 +232,7 @@ def evalgate_record(
             "writer": writer,
             "started_at": outcome["started_at"],
             "finished_at": outcome["finished_at"],
+            **optional,
         }
     )
 
@@ -225,6 +257,18 @@ def _usage_fields(usage: EvalgateUsage) -> EvalgateUsage:
     return {
         "prompt_tokens": usage["prompt_tokens"],
         "completion_tokens": usage["completion_tokens"],
+    }
+
+
+def _sandbox_fields(facts: EvalgateSandboxFacts) -> EvalgateSandboxFacts:
+    return {
+        "outcome": facts["outcome"],
+        "message": facts["message"],
+        "exit_status": facts["exit_status"],
+        "start_s": facts["start_s"],
+        "run_s": facts["run_s"],
+        "isolation": facts["isolation"],
+        "sandboxed": facts["sandboxed"],
     }
 
 
