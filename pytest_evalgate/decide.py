@@ -28,6 +28,7 @@ from pytest_evalgate.gate import (
     evalgate_load_policy,
     evalgate_verdict,
 )
+from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.report import evalgate_decision, evalgate_write_report
@@ -71,11 +72,15 @@ def evalgate_decide(
     aggregate = evalgate_aggregate(backend, manifest, selection, pair)
     if perf is not None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
+    judge = evalgate_judge_facts(backend, manifest, selection.case_ids, pair, seed=policy.seed)
+    aggregate.gate_input = evalgate_with_facts(aggregate.gate_input, judge)
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
+    if judge is not None:
+        decision["judge"] = judge.evalgate_json()  # which judge decided (SPEC section 10)
     written, notes = _publish(decision, report_dir, sign_key)
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)

@@ -1,12 +1,13 @@
 """Load and validate a suite's manifest (``evalgate.yaml``) and its dataset.
 
 Everything is refused before any request: unknown or missing keys, wrong types, a dataset whose
-sha256 differs from the pin, duplicate case ids, unreadable rows, a judge that is one of the
-candidates, ``shards < 1``. Each refusal is an ``EvalgateConfigError`` naming the file, the key
-(or line) and the reason.
+sha256 differs from the pin, duplicate case ids, unreadable rows, ``shards < 1``, and the judge
+refusals of SPEC section 10 (``manifest_judge``). Each refusal is an ``EvalgateConfigError``
+naming the file, the key (or line) and the reason.
 
 The **definition digest** covers what changes what a result means (dataset digest and revision,
-prompt, evaluator, judge pins, generation, repetitions, API kind) and nothing about transport
+prompt, evaluator, generation, repetitions, API kind; for a judged suite not the judge, whose key
+is the suite's second digest) and nothing about transport
 (endpoints, budget, shards, timeouts). The **candidate key** is the candidate's name plus a digest
 of its model id and pins.
 """
@@ -25,6 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.judge.spec import EvalgateJudgeConfig
+from pytest_evalgate.manifest_judge import (
+    EvalgateJudged,
+    evalgate_definition_evaluator,
+    evalgate_judged,
+)
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
 EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
@@ -83,6 +90,10 @@ class _Evaluator(_Strict):
     revision: str
     scorer: str
     options: dict[str, Any] = Field(default_factory=dict)
+    # scorer: judge only (validated by manifest_judge); absent keys stay out of every dump
+    mode: Any = None
+    rubric: Any = None
+    scale: Any = None
 
 
 class _Generation(_Strict):
@@ -115,13 +126,6 @@ class _Budget(_Strict):
     timeout_s: float = Field(default=120.0, gt=0)
 
 
-class _Judge(_Strict):
-    model: str
-    base_url: str
-    revision: str
-    temperature: float = 0.0
-
-
 class _Perf(_Strict):
     prompts: str
     rate: float = Field(gt=0)
@@ -146,7 +150,7 @@ class _Manifest(_Strict):
     generation: _Generation = Field(default_factory=_Generation)
     candidates: dict[str, _Candidate]
     budget: _Budget = Field(default_factory=_Budget)
-    judge: _Judge | None = None
+    judge: EvalgateJudgeConfig | None = None
     perf: _Perf | None = None
     canary: str | None = None
 
@@ -207,6 +211,7 @@ class EvalgateManifest:
     definition: Mapping[str, Any]
     definition_digest: str
     cases: tuple[EvalgateCase, ...] = field(repr=False)
+    judged: EvalgateJudged | None = field(default=None, repr=False)
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -233,6 +238,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     _check_pin(path, model, actual)
     cases = tuple(_read_cases(dataset_path, model))
     definition = _definition(model, actual)
+    candidates = _candidates(model)
+    judged = evalgate_judged(path, suite_dir, model.evaluator, model.judge, candidates)
     return EvalgateManifest(
         path=path,
         suite_dir=suite_dir,
@@ -246,8 +253,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         api=model.api,
         stream=model.stream,
         generation=model.generation.model_dump(exclude_none=True),
-        evaluator=model.evaluator.model_dump(),
-        candidates=_candidates(model),
+        evaluator=model.evaluator.model_dump(exclude_none=True),
+        candidates=candidates,
         budget=model.budget.model_dump(),
         judge=model.judge.model_dump() if model.judge else None,
         perf=model.perf.model_dump() if model.perf else None,
@@ -255,6 +262,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         definition=definition,
         definition_digest=evalgate_sha256_hex(definition),
         cases=cases,
+        judged=judged,
     )
 
 
@@ -295,11 +303,6 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
     if not model.candidates:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
-    if model.judge is not None:
-        for name, candidate in model.candidates.items():
-            if candidate.model == model.judge.model:
-                reason = f"the judge must not be a model under test (candidate {name!r})"
-                raise EvalgateConfigError(path, "judge.model", reason)
     if model.evaluator.scorer == "judge" and model.judge is None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
 
@@ -442,14 +445,13 @@ def _is_message(message: Any) -> bool:
 
 
 def _definition(model: _Manifest, dataset_sha256: str) -> dict[str, Any]:
-    judge = None
-    if model.judge is not None:
-        judge = model.judge.model_dump(exclude={"base_url"})
+    # The judge is not in the generation's definition: a judged suite's second digest is the
+    # judge key (manifest_judge), so a new judge re-judges stored answers, never regenerates.
     return {
         "dataset": {"sha256": dataset_sha256, "revision": model.dataset.revision},
         "prompt": model.prompt.model_dump(),
-        "evaluator": model.evaluator.model_dump(),
-        "judge": judge,
+        "evaluator": evalgate_definition_evaluator(model.evaluator.model_dump(exclude_none=True)),
+        "judge": None,
         "generation": model.generation.model_dump(exclude_none=True),
         "repetitions": model.repetitions,
         "api": model.api,

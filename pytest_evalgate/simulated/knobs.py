@@ -23,7 +23,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
-_UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter"})
+_UNIT_KNOBS = frozenset(
+    {"accuracy", "fail_rate", "jitter", "output_jitter"}
+    | {"position_bias", "verbosity_bias", "unparseable_rate"}  # the simulated judge's
+)
 _CATEGORY_PREFIX = "accuracy."
 
 
@@ -49,6 +52,12 @@ class EvalgateSimConfig:
     fail_rate: float = 0.0
     hang_first: int = 0
     hang_s: float = EVALGATE_SIM_HANG_LIMIT_S
+    # judge=1 makes the endpoint a simulated judge (simulated/judge_style.py): accuracy is then
+    # its accuracy against the hidden truth, and these are its biases.
+    judge: bool = False
+    position_bias: float = 0.0
+    verbosity_bias: float = 0.0
+    unparseable_rate: float = 0.0
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""

@@ -25,6 +25,7 @@ from pytest_evalgate.simulated.answers import (
     evalgate_sim_keyed_answer,
 )
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
+from pytest_evalgate.simulated.judge_style import evalgate_sim_judge_answerer
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
 
@@ -71,5 +72,8 @@ def evalgate_sim_key_answerer(
 
 
 def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> EvalgateSimAnswerer:
-    """The answer logic ``config`` selects; today every config selects the answer-key style."""
+    """The answer logic ``config`` selects: the simulated judge (``judge=1``), else the
+    answer-key style."""
+    if config.judge:
+        return evalgate_sim_judge_answerer(config, key)
     return evalgate_sim_key_answerer(config, key)
