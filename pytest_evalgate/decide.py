@@ -82,6 +82,8 @@ def evalgate_decide(
     if judge is not None:
         decision["judge"] = judge.evalgate_json()  # which judge decided (SPEC section 10)
     written, notes = _publish(decision, report_dir, sign_key)
+    if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
+        notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 

@@ -187,6 +187,17 @@ class EvalgateJudgeFacts:
     inconsistency: Mapping[str, Mapping[str, Any]]
     agreement: EvalgateAgreement | None
     agreement_reason: str
+    other_keys: tuple[str, ...] = ()  # judge folders of other judge keys (never compared)
+
+    def evalgate_note(self) -> str | None:
+        """What to tell a user whose store holds judgments of other judge keys only."""
+        if not self.other_keys:
+            return None
+        return (
+            f"judgments under other judge keys ({', '.join(self.other_keys)}) are never "
+            f"compared with judge {str(self.judge['key'])[:16]}'s: the suite must be "
+            "re-baselined under this judge (evalgate rejudge SUITE, or run it again)"
+        )
 
     def evalgate_json(self) -> dict[str, Any]:
         """Builtins for ``decision.json``'s ``judge`` member."""
@@ -195,6 +206,7 @@ class EvalgateJudgeFacts:
             "inconsistency": {k: dict(v) for k, v in self.inconsistency.items()},
             "agreement": None if self.agreement is None else self.agreement.evalgate_json(),
             "agreement_reason": self.agreement_reason,
+            "other_keys": list(self.other_keys),
         }
 
 
@@ -219,7 +231,20 @@ def evalgate_judge_facts(
     agreement, why = evalgate_golden_agreement(
         judged, judgments, confidence=confidence, resamples=resamples, seed=seed
     )
-    return EvalgateJudgeFacts(judged.evalgate_facts(), cases, inconsistency, agreement, why)
+    others = _other_keys(backend, manifest, judged)
+    facts = judged.evalgate_facts()
+    return EvalgateJudgeFacts(facts, cases, inconsistency, agreement, why, others)
+
+
+def _other_keys(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, judged: EvalgateJudged
+) -> tuple[str, ...]:
+    folder = f"{manifest.suite}/{manifest.definition_digest[:16]}"
+    mine = f"judge-{judged.key[:16]}"
+    names = backend.evalgate_children(folder)
+    # A judge folder is judge-<16 hex>; a candidate named "judge" has judge-<12 hex>.
+    keys = [n.removeprefix("judge-") for n in names if n.startswith("judge-") and n != mine]
+    return tuple(key for key in keys if len(key) == 16)
 
 
 def _pairs(

@@ -135,6 +135,9 @@ def test_evalgate_rejudge_needs_no_candidate_endpoint(tmp_path: Path) -> None:
     path, store, log = _suite(tmp_path, mode="pairwise")
     assert run_pytest(path.parent, store, log).returncode in (0, 1)
     set_judge(path, revision="judge-prompt-v3")
+    gated = run_cli("gate", str(path.parent), "--store", str(store), cwd=tmp_path)
+    assert gated.returncode == 1  # nothing judged under the new key: incomplete, never mixed
+    assert "verdict INCOMPLETE" in gated.stdout and "must be re-baselined" in gated.stdout
     cli_log = tmp_path / "cli-requests.jsonl"
     done = run_cli(
         "rejudge", str(path.parent), "--store", str(store), "--request-log", str(cli_log),
