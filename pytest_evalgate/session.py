@@ -525,9 +525,9 @@ class EvalgatePlugin:
         self.runner.evalgate_urge(work)
         return True
 
-    def _pump_answers(self) -> None:
+    def _pump_answers(self, timeout: float) -> None:
         if self.runner is not None:
-            self.runner.evalgate_pump()
+            self.runner.evalgate_pump(timeout)
 
     def _judged(self, item: EvalgateItem, record: Mapping[str, Any]) -> Mapping[str, Any]:
         judging = self.judging

@@ -145,8 +145,9 @@ class EvalgateJudgeStage:
     """Judges answers as they exist, in a child process of its own, inside ``judge.budget``.
 
     ``need(identity)`` asks the generation side to hurry an answer a pair waits for (False: it
-    will never come); ``pump()`` lets the generation side read what its child reported while an
-    item waits here. All methods are for one thread.
+    will never come); ``pump(timeout)`` lets the generation side read what its child reported
+    while an item waits here (it may block up to ``timeout`` when no judge request is in
+    flight). All methods are for one thread.
     """
 
     def __init__(
@@ -156,14 +157,14 @@ class EvalgateJudgeStage:
         *,
         concurrency: int,
         need: Callable[[EvalgateIdentity], bool] | None = None,
-        pump: Callable[[], None] | None = None,
+        pump: Callable[[float], None] | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self._writer = writer
         self._limits = limits
         self._concurrency = max(1, concurrency)
         self._need = need or (lambda identity: False)
-        self._pump_other = pump or (lambda: None)
+        self._pump_other = pump or (lambda timeout: None)
         self._log = log
         self._suites: dict[str, EvalgateJudgeSuite] = {}
         self._answers: dict[tuple[str, EvalgateIdentity], _Answers] = {}
@@ -345,10 +346,11 @@ class EvalgateJudgeStage:
         child.evalgate_flush()
 
     def _wait(self) -> None:
-        self._pump_other()
         child = self._child
+        # Nothing in flight here: only the generation side can bring answers, so wait on it.
+        self._pump_other(_POLL_S if child is None or not self._pending else 0.0)
         if child is None:
-            return  # nothing in flight here: only the generation side can bring answers
+            return
         child.evalgate_flush()
         for message in child.evalgate_pump(_POLL_S):
             self._receive(message)

@@ -236,9 +236,10 @@ class EvalgateRunner:
         if work.key not in self._done:
             self._urge(work)
 
-    def evalgate_pump(self) -> None:
-        """Read what the child reported so far, without waiting (the judging stage's loop)."""
-        self._pump(0.0)
+    def evalgate_pump(self, timeout: float = 0.0) -> None:
+        """Read what the child reported, waiting up to ``timeout`` for it (the judging stage's
+        loop: 0 while its own child has work in flight)."""
+        self._pump(timeout)
 
     def evalgate_stopped_reason(self, work: EvalgateWork) -> str | None:
         """Why ``work``'s candidate was stopped (a fatal endpoint error), or None."""
