@@ -9,6 +9,8 @@ One job per module, imports flowing down this list:
 - ``knobs``: :class:`EvalgateSimConfig`, knob names, types, ranges; ``simulated://`` URLs.
 - ``draws``: the seeded hashes every "random" choice comes from.
 - ``answers``: the answer key (read, write, prompt digest), wrong answers, the answer-key style.
+- ``judge_style``: the simulated judge (``judge=1``): ``judge.simjudge``'s verdicts, truth from
+  the answer key.
 - ``styles``: the answer seam: :class:`EvalgateSimAsk` in, answer text out; picks the style.
 - ``plan``: tokens, padding, truncation, usage and timings of one answer.
 - ``faults``: which completion request fails, and how.

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from pytest_evalgate.judge.simjudge import (
     EvalgateSimJudgeKnobs,
@@ -34,8 +34,20 @@ from pytest_evalgate.simulated.answers import (
 )
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
-if TYPE_CHECKING:
-    from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, EvalgateSimAsk
+
+class EvalgateSimJudgeAsk(Protocol):
+    """What the judge style reads of a request (``styles.EvalgateSimAsk`` has it)."""
+
+    @property
+    def prompt(self) -> Any:
+        """The chat messages as sent."""
+        ...  # pragma: no cover
+
+    @property
+    def digest(self) -> str:
+        """The messages' digest."""
+        ...  # pragma: no cover
+
 
 _REFERENCE = "evalgate-judge-reference"
 _TRUTH = "evalgate-judge-truth"
@@ -91,13 +103,13 @@ def evalgate_sim_key_truth(key: EvalgateSimKey) -> EvalgateSimTruth:
 
 def evalgate_sim_judge_answerer(
     config: EvalgateSimConfig, key: EvalgateSimKey
-) -> EvalgateSimAnswerer:
+) -> Callable[[EvalgateSimJudgeAsk], str]:
     """The simulated judge's answer logic for ``config`` and the truth in ``key``."""
     knobs = evalgate_sim_judge_config_knobs(config)
     truth = evalgate_sim_key_truth(key)
     seen: Counter[str] = Counter()
 
-    def answer(ask: EvalgateSimAsk) -> str:
+    def answer(ask: EvalgateSimJudgeAsk) -> str:
         salt = str(seen[ask.digest]) if seen[ask.digest] else ""
         seen[ask.digest] += 1
         return evalgate_sim_judge_respond(ask.prompt, knobs, truth, salt)
