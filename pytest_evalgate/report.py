@@ -118,6 +118,7 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     lines += [f"INVALID: {problem}" for problem in counts["problems"][:10]]
     lines += _rate_lines(decision["rates"])
     lines += _perf_phase_lines(decision.get("perf_phase"))
+    lines += _judge_lines(decision.get("judge"))  # judged suites only (SPEC section 10)
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
     if decision["canary_hits"]:
@@ -136,6 +137,29 @@ def _perf_phase_lines(phase: Mapping[str, Any] | None) -> list[str]:
     )
     verdict = "judged" if phase["judgeable"] else f"NOT JUDGED: {phase['reason']}"
     return [line, f"load phase {verdict}"]
+
+
+def _judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
+    """Which judge decided, per-slice position inconsistency and agreement (judged suites)."""
+    if not judge:
+        return []
+    lines = [
+        f"judged by {judge['model']} ({judge['revision']}, {judge['mode']}), "
+        f"judge key {str(judge['key'])[:16]}"
+    ]
+    slices = judge.get("inconsistency") or {}
+    if slices:
+        parts = [f"{name} {v['inconsistent']}/{v['pairs']}" for name, v in sorted(slices.items())]
+        lines.append("position inconsistency (pairs judged both ways): " + ", ".join(parts))
+    agreement = judge.get("agreement")
+    if agreement:
+        lo, hi = agreement["interval"]
+        lines.append(
+            f"judge agreement with people: kappa {_num(agreement['kappa'])} "
+            f"[{_num(lo)}, {_num(hi)}], raw {_num(agreement['raw_agreement'])}, "
+            f"n {agreement['n']} ({agreement['weights']})"
+        )
+    return lines
 
 
 def _errors_text(errors: Mapping[str, int]) -> str:

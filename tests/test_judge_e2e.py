@@ -63,6 +63,10 @@ def test_pointwise_judges_each_answer_once_and_a_rerun_requests_nothing(tmp_path
     assert made["judge"]["key"] == manifest.judged.key
     assert made["judge"]["model"] == "judge-model"
     assert made["judge"]["agreement"]["n"] == GOLDEN_POINTWISE
+    assert (
+        f"judged by judge-model (judge-prompt-v1, pointwise), judge key {made['judge']['key'][:16]}"
+        in done.stdout
+    )
     again = run_pytest(path.parent, store, log)
     assert again.returncode == done.returncode
     assert len(requests(log)) == len(answers) + len(judged)  # nothing requested again
@@ -211,6 +215,10 @@ def test_position_bias_is_inconsistency_and_the_swap_removes_it(tmp_path: Path) 
     made = decision(report)
     rule = made["rules"][0]
     assert rule["lo"] < 0.0 < rule["hi"]  # both orders: the net win rate's interval covers 0
+    assert (
+        "position inconsistency (pairs judged both ways): all "
+        in (report / "report.md").read_text()
+    )
     rate = made["judge"]["inconsistency"]["all"]["rate"]
     assert made["judge"]["inconsistency"]["all"]["pairs"] == 300
     assert abs(rate - 0.3) < 4 * (0.3 * 0.7 / 300) ** 0.5  # within Monte Carlo error
