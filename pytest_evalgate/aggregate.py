@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pytest_evalgate.contamination import evalgate_canary_identities
 from pytest_evalgate.judged import evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.store import (
@@ -100,6 +101,7 @@ class EvalgateAggregate:
     rates: dict[str, dict[str, EvalgateRate]]
     flipped: list[dict[str, Any]] = field(default_factory=list)
     canary_hits: int = 0
+    canary_identities: list[dict[str, Any]] = field(default_factory=list)
     gate_input: EvalgateGateInput | None = None
 
 
@@ -129,6 +131,7 @@ def evalgate_aggregate(
         problems=problems,
         rates=_rates(results.values()),
         canary_hits=_canary_hits(manifest.canary, results.values()),
+        canary_identities=evalgate_canary_identities(manifest.canary, results.values()),
     )
     if pair is not None and all(name in selection.candidates for name in pair):
         aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)

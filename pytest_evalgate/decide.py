@@ -1,8 +1,12 @@
-"""Decide one suite from the store: aggregate, gate, decision record, report, signature.
+"""Decide one suite from the store: aggregate, gate, decision record, signature, report.
 
 Pure of pytest: the plugin (``--evalgate`` at the controller, ``--evalgate-aggregate``) and the
 CLI (``evalgate gate``) call ``evalgate_decide``. Every number comes from the store, so the
 verdict is the same however the results got there (one process, xdist workers, pods).
+
+With a report folder, the report step also keeps a copy of the decision in the store
+(``<store>/<suite>/decisions/``, see ``report.history``), compares the definition with the last
+copy kept before it, and appends report.md to ``$GITHUB_STEP_SUMMARY`` when that is set.
 """
 
 from __future__ import annotations
@@ -19,6 +23,11 @@ from pytest_evalgate.attest import (
     evalgate_statement,
     evalgate_write_envelope,
 )
+from pytest_evalgate.contamination import (
+    evalgate_contaminated_verdict,
+    evalgate_contamination_note,
+    evalgate_contamination_record,
+)
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
@@ -28,14 +37,31 @@ from pytest_evalgate.gate import (
     evalgate_load_policy,
     evalgate_verdict,
 )
+from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
-from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
-from pytest_evalgate.report import evalgate_decision, evalgate_write_report
-from pytest_evalgate.store import EvalgateStoreBackend
+from pytest_evalgate.report import (
+    EVALGATE_ENVELOPE_NAME,
+    EvalgateReportContext,
+    EvalgateSignatureStatus,
+    evalgate_append_step_summary,
+    evalgate_decision,
+    evalgate_keep_decision,
+    evalgate_last_decision,
+    evalgate_markdown,
+    evalgate_write_report,
+)
+from pytest_evalgate.store import (
+    EvalgateExpectation,
+    EvalgateStoreBackend,
+    evalgate_candidate_prefix,
+    evalgate_read_candidate,
+)
+from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_record, evalgate_tier_spec
 
 EVALGATE_POLICY_NAME = "gate.yaml"
-EVALGATE_ENVELOPE_NAME = "decision.dsse.json"
+EVALGATE_STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
 @dataclass(frozen=True)
@@ -62,14 +88,23 @@ def evalgate_decide(
     report_dir: str | None = None,
     sign_key: str | None = None,
     perf: EvalgatePerfResult | None = None,
+    tier: str | None = None,
+    report_text: bool = False,
 ) -> EvalgateOutcome:
-    """Aggregate ``selection`` from the store, gate it with ``policy``, report and sign.
+    """Aggregate ``selection`` from the store, gate it with ``policy``, sign and report.
 
     With ``perf`` (the load phase's result), perf rules are judged on its samples, measured over
-    one window for both sides, instead of the eval requests' timings.
+    one window for both sides, instead of the eval requests' timings. With ``tier`` (a name of
+    the manifest's ``tiers``) the selection is complete when it is the tier's cases, and the
+    decision records the tier and is never attestable. ``report_text``
+    (``--evalgate-report-text``) lets the reports show the flipped cases' input, target and
+    outputs; the decision record never holds them.
     """
     pair = evalgate_pair(manifest, policy)
     aggregate = evalgate_aggregate(backend, manifest, selection, pair)
+    if policy.baseline is None and aggregate.gate_input is not None:
+        aggregate.gate_input = evalgate_single_view(aggregate.gate_input)
+    tier_record = None if tier is None else _tier(manifest, selection, aggregate, tier)
     if perf is not None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
     judge = evalgate_judge_facts(backend, manifest, selection.case_ids, pair, seed=policy.seed)
@@ -77,11 +112,19 @@ def evalgate_decide(
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
+    verdict = evalgate_contaminated_verdict(verdict, aggregate.canary_identities)
     decision = evalgate_decision(manifest, policy, aggregate, gate, verdict)
+    if aggregate.canary_identities:
+        decision["contamination"] = evalgate_contamination_record(aggregate.canary_identities)
+    if tier_record is not None:
+        decision.update(tier=tier_record, attestable=False)
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
     if judge is not None:
         decision["judge"] = judge.evalgate_json()  # which judge decided (SPEC section 10)
-    written, notes = _publish(decision, report_dir, sign_key)
+    publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
+    written, notes = publish.run(decision)
+    if aggregate.canary_identities:
+        notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
     if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
@@ -98,13 +141,17 @@ def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None)
 
 
 def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
-    """(candidate, baseline) names the policy compares, checked against the manifest."""
-    for role, name in (("candidate", policy.candidate), ("baseline", policy.baseline)):
+    """(candidate, baseline) names the policy compares, checked against the manifest.
+
+    A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
+    are refused at load, and ``evalgate_decide`` blanks the mirrored baseline side."""
+    baseline = policy.candidate if policy.baseline is None else policy.baseline
+    for role, name in (("candidate", policy.candidate), ("baseline", baseline)):
         if name not in manifest.candidates:
             known = ", ".join(manifest.candidates)
             reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
             raise EvalgatePolicyError(policy.source, role, reason)
-    return (policy.candidate, policy.baseline)
+    return (policy.candidate, baseline)
 
 
 def _evaluate(
@@ -121,6 +168,20 @@ def _evaluate(
         # incomplete whatever the rules say, so gate what it holds instead of refusing the policy.
         return evalgate_evaluate(_held_rules(policy, data), data)
     return evalgate_evaluate(policy, data)
+
+
+def _tier(
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    aggregate: EvalgateAggregate,
+    name: str,
+) -> dict[str, Any]:
+    """Judge completeness against the tier's cases (not the suite's); the decision's ``tier``."""
+    spec = evalgate_tier_spec(manifest.tiers, name, manifest.path)
+    members = {c.case_id for c in manifest.cases if evalgate_tier_member(spec, c.case_id)}
+    whole = set(selection.candidates) == set(manifest.candidates)
+    aggregate.partial = not whole or set(selection.case_ids) != members
+    return evalgate_tier_record(name, spec, len(members), len(manifest.cases))
 
 
 def _check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
@@ -151,20 +212,110 @@ def _selected_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:
     return dataclasses.replace(policy, rules=rules)
 
 
-def _publish(
-    decision: dict[str, Any], report_dir: str | None, sign_key: str | None
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    written: list[str] = []
-    notes: list[str] = []
-    if report_dir:
-        written += evalgate_write_report(report_dir, decision)
-    if sign_key:
+@dataclass(frozen=True)
+class _Publish:
+    """Sign the decision, then write its reports (which show the signature status)."""
+
+    backend: EvalgateStoreBackend
+    manifest: EvalgateManifest
+    report_dir: str | None
+    sign_key: str | None
+    report_text: bool
+
+    def run(self, decision: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        notes: list[str] = []
+        if self.report_dir:
+            os.makedirs(self.report_dir, exist_ok=True)
+        status, envelope = self._sign(decision, notes)
+        written = self._report(decision, status, notes) if self.report_dir else []
+        if envelope:
+            written.append(envelope)
+        return tuple(written), tuple(notes)
+
+    def _sign(
+        self, decision: dict[str, Any], notes: list[str]
+    ) -> tuple[EvalgateSignatureStatus, str | None]:
+        if not self.sign_key:
+            return EvalgateSignatureStatus("unsigned"), None
         refusal = evalgate_refusal_reason(decision)
         if refusal is not None:
             notes.append(f"decision not signed: {refusal}")
-        else:
-            envelope = evalgate_sign(evalgate_statement(decision), sign_key)
-            path = os.path.join(report_dir or ".", EVALGATE_ENVELOPE_NAME)
-            evalgate_write_envelope(envelope, path)
-            written.append(path)
-    return tuple(written), tuple(notes)
+            return EvalgateSignatureStatus("refused", detail=refusal), None
+        envelope = evalgate_sign(evalgate_statement(decision), self.sign_key)
+        path = os.path.join(self.report_dir or ".", EVALGATE_ENVELOPE_NAME)
+        evalgate_write_envelope(envelope, path)
+        keyid = str(envelope["signatures"][0]["keyid"])
+        return EvalgateSignatureStatus("signed", keyid=keyid, envelope=EVALGATE_ENVELOPE_NAME), path
+
+    def _report(
+        self, decision: dict[str, Any], status: EvalgateSignatureStatus, notes: list[str]
+    ) -> list[str]:
+        assert self.report_dir is not None
+        previous = self._history(decision, notes)
+        texts = _case_texts(self.backend, self.manifest, decision) if self.report_text else None
+        context = EvalgateReportContext(status, previous, searched=True, texts=texts)
+        written = evalgate_write_report(self.report_dir, decision, context)
+        summary = os.environ.get(EVALGATE_STEP_SUMMARY_ENV)
+        if summary:
+            evalgate_append_step_summary(summary, evalgate_markdown(decision, context))
+        return written
+
+    def _history(self, decision: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+        """The last decision kept for this suite, then keep this one (a store that cannot
+        take the copy costs the next report its comparison, not this run its verdict)."""
+        try:
+            previous = evalgate_last_decision(self.backend, self.manifest.suite)
+            evalgate_keep_decision(self.backend, decision)
+        except OSError as exc:
+            notes.append(f"decision copy not kept in the store: {exc}")
+            return None
+        return previous
+
+
+def _case_texts(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, decision: dict[str, Any]
+) -> dict[str, dict[str, str]]:
+    """Input, target and both outputs (first repetition with one) of the flipped cases."""
+    ids = [flip["case_id"] for flip in decision["flipped"]["cases"]]
+    index = manifest.evalgate_case_index()
+    outputs = {
+        role: _outputs(backend, manifest, str(decision[role]["name"]), set(ids))
+        for role in ("candidate", "baseline")
+        if decision.get(role)
+    }
+    return {
+        case_id: {
+            "input": _prompt_text(index[case_id]),
+            "target": index[case_id].target,
+            **{role: found.get(case_id, "") for role, found in outputs.items()},
+        }
+        for case_id in ids
+        if case_id in index
+    }
+
+
+def _outputs(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str, ids: set[str]
+) -> dict[str, str]:
+    key = manifest.candidates[name].key
+    prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key)
+    view = evalgate_read_candidate(backend, prefix, expect)
+    found: dict[str, str] = {}
+    for identity in sorted(view.results, key=lambda key: key.repetition):
+        record = view.results[identity]
+        case_id = identity.case_id
+        if case_id in ids and record.get("output") and case_id not in found:
+            found[case_id] = str(record["output"])
+    return found
+
+
+def _prompt_text(case: EvalgateCase) -> str:
+    """The case's own text: the rendered completion prompt, or the chat turns after the system
+    message(s)."""
+    if isinstance(case.prompt, str):
+        return case.prompt
+    turns = [m for m in case.prompt if m.get("role") != "system"]
+    if len(turns) == 1:
+        return str(turns[0].get("content", ""))
+    return "\n".join(f"{m.get('role')}: {m.get('content', '')}" for m in turns)

@@ -53,3 +53,6 @@ class EvalgateDecision(TypedDict):
     evalgate_version: str
     created_at: str
     perf_phase: NotRequired[dict[str, Any] | None]
+    # the definition flattened to dotted keys, long texts as their sha256 (report.record)
+    definition_parts: NotRequired[dict[str, Any]]
+    slices: NotRequired[dict[str, dict[str, int]]]  # slice -> {"n_cases", "n_clusters"} paired

@@ -14,7 +14,8 @@
     ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
     ├── EvalgateAdmissionError         an AdmissionReview request is malformed
     ├── EvalgateWireError              a runner pipe carried a line that is no wire message
-    └── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
+    └── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
 ``pytest.UsageError`` so that pytest exits with status 4; the ``evalgate`` console script
@@ -91,3 +92,7 @@ class EvalgateWireError(EvalgateError):
 
 class EvalgateK8sError(EvalgateError):
     """The Kubernetes API is unreachable, forbidden, or a Job failed."""
+
+
+class EvalgatePrometheusError(EvalgateError):
+    """The Prometheus HTTP API could not be reached, or answered a query with an error."""

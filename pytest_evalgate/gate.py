@@ -27,13 +27,21 @@ from typing import Annotated, Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 import pydantic
-import yaml
 
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate_judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
+from pytest_evalgate.gate_single import (
+    EvalgateMaxRateSpec,
+    EvalgateMinRateSpec,
+    evalgate_check_single,
+    evalgate_max_rate,
+    evalgate_min_rate,
+)
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
 EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
@@ -46,6 +54,8 @@ _THRESHOLD_KEYS = {
     "max_delta": "max_delta",
     "pairwise": "margin",
     "judge_agreement": "min_kappa",
+    "min_rate": "min",
+    "max_rate": "max",
 }
 
 
@@ -74,7 +84,10 @@ class EvalgateRule:
 
 @dataclass(frozen=True)
 class EvalgatePolicy:
-    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest."""
+    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
+
+    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
+    """
 
     version: str
     rules: tuple[EvalgateRule, ...]
@@ -83,12 +96,14 @@ class EvalgatePolicy:
     resamples: int = 10_000
     seed: int = 0
     candidate: str = "candidate"
-    baseline: str = "baseline"
+    baseline: str | None = "baseline"  # None: a single-model policy (gate_single.py)
     source: str = "gate.yaml"
+    online: tuple[EvalgateOnlineRule, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised policy (defaults filled in) as builtins, without ``source``."""
-        return {
+        """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
+        only when there are online rules (so policies without them keep their digest)."""
+        out = {
             "version": self.version,
             "confidence": self.confidence,
             "correction": self.correction,
@@ -97,6 +112,9 @@ class EvalgatePolicy:
             "baseline": self.baseline,
             "rules": [rule.to_dict() for rule in self.rules],
         }
+        if self.online:
+            out["online"] = [rule.to_dict() for rule in self.online]
+        return out
 
 
 def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
@@ -173,7 +191,9 @@ _AnyRule = Annotated[
     | _PerfRatio
     | _MaxDelta
     | _Pairwise
-    | _JudgeAgreement,
+    | _JudgeAgreement
+    | EvalgateMinRateSpec
+    | EvalgateMaxRateSpec,
     pydantic.Field(discriminator="rule"),
 ]
 
@@ -191,8 +211,9 @@ class _Policy(pydantic.BaseModel):
     correction: Literal["none", "bonferroni", "holm", "bh"] = "holm"
     bootstrap: _Bootstrap = _Bootstrap()
     candidate: str = "candidate"
-    baseline: str = "baseline"
+    baseline: str | None = "baseline"
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
+    online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
 
 
 def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
@@ -200,15 +221,16 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
 
     Unknown keys, rules or metrics, wrong types (no string-to-number coercion), out-of-range
     values, a missing ``version`` or an empty ``rules`` list are refused. Slices are checked
-    against the suite's categories later, by ``evalgate_evaluate``.
+    against the suite's categories later, by ``evalgate_evaluate``. ``online:`` rules (SPEC
+    section 15) are checked by ``online.evalgate_online_rules``, with keys like ``online[1].max``.
     """
     source = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = evalgate_load_yaml(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as error:
-        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from error
-    except yaml.YAMLError as error:
-        raise EvalgatePolicyError(source, "<yaml>", f"not valid YAML: {error}") from error
+        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from None
+    except EvalgateYamlError as error:
+        raise EvalgatePolicyError(source, "<yaml>", error.reason) from None
     if not isinstance(raw, dict):
         raise EvalgatePolicyError(source, "<root>", "the policy must be a mapping")
     try:
@@ -216,17 +238,21 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
     except pydantic.ValidationError as error:
         key, reason = _describe(error.errors()[0])
         raise EvalgatePolicyError(source, key, reason) from None
-    return _to_policy(model, source)
+    policy = _to_policy(model, source)
+    evalgate_check_single(source, policy.baseline, policy.rules)
+    return policy
 
 
 def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
     """Turn pydantic's first error into ``("rules[3].margin", reason)``."""
     parts: list[str] = []
+    previous: Any = None
     for part in error["loc"]:
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif part not in _THRESHOLD_KEYS:  # the discriminator's tag is not a key of the file
-            parts.append(f".{part}")
+        elif not (isinstance(previous, int) and part in _THRESHOLD_KEYS):
+            parts.append(f".{part}")  # the discriminator's tag (after an index) is not a key
+        previous = part
     key = "".join(parts).lstrip(".") or "<root>"
     kind = error["type"]
     if kind == "union_tag_invalid":
@@ -253,6 +279,7 @@ def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
         candidate=model.candidate,
         baseline=model.baseline,
         source=source,
+        online=evalgate_online_rules(model.online, source),
     )
 
 
@@ -458,6 +485,8 @@ def _evaluate_one(
         return _perf(item, policy, gate_input)
     if kind in EVALGATE_JUDGE_RULES:
         return _judge(item, policy, gate_input)
+    if kind in ("min_rate", "max_rate"):
+        return _single(item, policy, gate_input)
     return _max_delta(item, policy, gate_input)
 
 
@@ -709,7 +738,7 @@ def _max_delta(
 ) -> EvalgateRuleResult:
     max_delta = float(item.rule.threshold or 0.0)
     cand = _rate(gate_input.error_rates, policy.candidate, "candidate")
-    base_rate = _rate(gate_input.error_rates, policy.baseline, "baseline")
+    base_rate = _rate(gate_input.error_rates, str(policy.baseline), "baseline")
     base = _base(item, threshold=max_delta)
     if cand is None or base_rate is None:
         return dataclasses.replace(
@@ -730,6 +759,22 @@ def _rate(rates: Mapping[str, tuple[int, int]], name: str, role: str) -> float |
     # The contract keys error_rates by role; a policy naming its candidates may also key by name.
     errored, expected = rates.get(role, rates.get(name, (0, 0)))
     return errored / expected if expected else None
+
+
+def _single(
+    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+) -> EvalgateRuleResult:
+    threshold = float(item.rule.threshold or 0.0)
+    if item.rule.rule == "max_rate":
+        errored, expected = gate_input.error_rates.get("candidate", (0, 0))
+        return dataclasses.replace(_base(item), **evalgate_max_rate(errored, expected, threshold))
+    mask = _slice_mask(gate_input, item.target)
+    trials = int(np.asarray(gate_input.candidate_trials)[mask].sum())
+    passed = trials - int(np.asarray(gate_input.candidate_fail_counts)[mask].sum())
+    clusters = np.unique(np.asarray(gate_input.clusters).astype(str)[mask]).size
+    base = _base(item, n_cases=int(mask.sum()), n_clusters=clusters)
+    numbers = evalgate_min_rate(passed, trials, threshold, policy.confidence)
+    return dataclasses.replace(base, **numbers)
 
 
 # --------------------------------------------------------------------------- verdict

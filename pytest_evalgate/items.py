@@ -6,8 +6,14 @@ keywords, so ``-k billing`` selects a slice. Items do not call endpoints: the ru
 their records ahead of the item loop; an item waits for its own record, then reports
 
 - **passed** (scored correct), **failed** (scored wrong: the message has the score; target and
-  output go to a report section, which the terminal shows and JUnit leaves out unless asked),
+  output go to a report section only under ``--evalgate-report-text``, and never to JUnit),
 - **error** (setup fails: the endpoint ended in error after retries; category in the message).
+
+JUnit (``--junitxml``) follows the ``junit_family``: under ``xunit1``/``legacy`` every item and
+gate-rule testcase carries ``evalgate.*`` properties; under ``xunit2`` (pytest's default, whose
+schema forbids testcase properties) testcases carry none, and the gate's verdict and every
+rule's numbers are suite-level properties. A None value is never written: the property is left
+out.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import pytest
+from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
 
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.store import EvalgateIdentity
@@ -101,7 +108,8 @@ class EvalgateItem(pytest.Item):
         """Wait for this identity's record; an endpoint error is this item's error."""
         record = self.config.stash[EVALGATE_PLUGIN_KEY].evalgate_record_for(self)
         self.record = record
-        self._properties(record)
+        if evalgate_testcase_properties(self.config):
+            self.user_properties.extend(self._properties(record))
         error = record.get("error")
         if error is not None and error["category"] == "not_requested":
             # One identical reason per stopped candidate: pytest folds these skips into one
@@ -121,7 +129,9 @@ class EvalgateItem(pytest.Item):
         assert record is not None
         if record["passed"]:
             return
-        self.add_report_section("call", "evalgate answer", self._answer_text(record))
+        # Eval sets are crown jewels: target and output leave the store only when asked for.
+        if self.config.getoption("evalgate_report_text", False):
+            self.add_report_section("call", "evalgate answer", self._answer_text(record))
         pytest.fail(
             f"wrong answer [{self.case.category}]: score {record['score']:.2f}"
             f" (case {self.case.case_id}, {self.candidate}, r{self.repetition})",
@@ -131,12 +141,12 @@ class EvalgateItem(pytest.Item):
     def _answer_text(self, record: Mapping[str, Any]) -> str:
         return f"target: {_cut(self.case.target)}\noutput: {_cut(record.get('output') or '')}\n"
 
-    def _properties(self, record: Mapping[str, Any]) -> None:
+    def _properties(self, record: Mapping[str, Any]) -> list[tuple[str, str]]:
         timing = record.get("timing") or {}
         usage = record.get("usage") or {}
         error = record.get("error")
         revision, case_id, candidate, repetition = self.evalgate_key
-        self.user_properties.extend(
+        return evalgate_junit_properties(
             [
                 ("evalgate.identity", f"{revision}/{candidate}/{case_id}/r{repetition}"),
                 ("evalgate.category", self.case.category),
@@ -194,14 +204,72 @@ class EvalgateTally:
         return self.other + self.errors
 
 
+# --------------------------------------------------------------------------- JUnit
+
+
+def evalgate_testcase_properties(config: pytest.Config) -> bool:
+    """Whether testcases may carry ``<properties>``: only under ``junit_family`` xunit1 or
+    legacy (the xunit2 schema, Jenkins' junit-10.xsd, forbids them)."""
+    return str(config.getini("junit_family")) in ("xunit1", "legacy")
+
+
+def evalgate_junit_value(value: Any) -> str | None:
+    """A property value as JUnit text: booleans ``true``/``false``, floats in full (repr),
+    None as None (the property is left out, never written as ``"None"``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def evalgate_junit_properties(pairs: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """``pairs`` as JUnit properties, those whose value is None left out."""
+    out = []
+    for name, value in pairs:
+        text = evalgate_junit_value(value)
+        if text is not None:
+            out.append((name, text))
+    return out
+
+
+def evalgate_suite_properties(decision: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The decision as suite-level properties: ``evalgate.<suite>.verdict`` and friends, and
+    ``evalgate.<suite>/<rule>.<number>`` for every rule (valid under every junit family)."""
+    suite = decision["suite"]
+    pairs: list[tuple[str, Any]] = [
+        (f"evalgate.{suite}.verdict", decision["verdict"]),
+        (f"evalgate.{suite}.definition_digest", decision["definition_digest"]),
+        (f"evalgate.{suite}.policy", decision["policy"]["version"]),
+        (f"evalgate.{suite}.completed", decision["counts"]["completed"]),
+        (f"evalgate.{suite}.expected", decision["counts"]["expected"]),
+    ]
+    for rule in decision["rules"]:
+        for key in ("passed", "estimate", "lo", "hi", "threshold", "n_cases", "p_adjusted"):
+            pairs.append((f"evalgate.{suite}/{rule['name']}.{key}", rule.get(key)))
+    return evalgate_junit_properties(pairs)
+
+
+def evalgate_junit_decision(config: pytest.Config, decision: Mapping[str, Any]) -> None:
+    """Add the decision's suite-level properties to this process's --junitxml file, if any
+    (the controller under xdist: workers write no JUnit file)."""
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    for name, value in evalgate_suite_properties(decision):
+        xml.add_global_property(name, value)
+
+
 def evalgate_rule_reports(
-    rule: dict[str, Any], decision: dict[str, Any]
+    rule: dict[str, Any], decision: dict[str, Any], testcase_properties: bool = True
 ) -> list[pytest.TestReport]:
-    """setup/call/teardown reports of one gate rule: a JUnit testcase, classname evalgate.gate."""
+    """setup/call/teardown reports of one gate rule: a JUnit testcase, classname evalgate.gate;
+    its numbers are testcase properties when ``testcase_properties`` (xunit1/legacy)."""
     name = f"{decision['suite']}/{rule['name']}"
     nodeid = f"{EVALGATE_GATE_PREFIX}{name}"
-    properties = [(f"evalgate.{key}", value) for key, value in sorted(rule.items())]
-    properties.append(("evalgate.verdict", decision["verdict"]))
+    pairs = [(f"evalgate.{key}", value) for key, value in sorted(rule.items())]
+    pairs.append(("evalgate.verdict", decision["verdict"]))
+    properties = evalgate_junit_properties(pairs) if testcase_properties else []
     outcome = "passed" if rule["passed"] else "failed"
     longrepr = None if rule["passed"] else f"gate rule {rule['name']} failed: {rule.get('reason')}"
 

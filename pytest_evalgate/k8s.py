@@ -109,9 +109,15 @@ def evalgate_render(
     ]
 
 
+def evalgate_suite_slug(suite: str) -> str:
+    """The suite name as a DNS-1123 label of at most 40 characters (room for prefixes and
+    suffixes such as ``evalgate-...-aggregate``): lowercase, other characters become ``-``."""
+    return re.sub(r"[^a-z0-9-]+", "-", suite.lower()).strip("-")[:40] or "suite"
+
+
 def evalgate_job_names(manifest: EvalgateManifestLike) -> tuple[str, str]:
     """(worker Job name, aggregation Job name): DNS-1123 labels derived from the suite name."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", manifest.suite.lower()).strip("-")[:40] or "suite"
+    slug = evalgate_suite_slug(manifest.suite)
     return f"evalgate-{slug}", f"evalgate-{slug}-aggregate"
 
 

@@ -32,6 +32,7 @@ from pytest_evalgate.manifest_judge import (
     evalgate_definition_evaluator,
     evalgate_judged,
 )
+from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
 EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
@@ -68,6 +69,20 @@ def evalgate_manifest_path(suite: str) -> str:
     """A suite folder's manifest (``SUITE/evalgate.yaml``), or ``suite`` itself when it is not a
     folder (a manifest file, or a path the loader then reports as unreadable)."""
     return os.path.join(suite, EVALGATE_MANIFEST_NAME) if os.path.isdir(suite) else suite
+
+
+EVALGATE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def evalgate_check_name(source: str, key: str, name: str) -> None:
+    """Refuse a name (candidate, suite, tier) that could become a path outside the store: only
+    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit, at most 64."""
+    if not EVALGATE_NAME_PATTERN.fullmatch(name):
+        reason = (
+            f"{name!r} is not a safe name: use letters, digits, '.', '_' and '-' "
+            "(starting with a letter or digit, at most 64 characters); names become store paths"
+        )
+        raise EvalgateConfigError(source, key, reason)
 
 
 class _Strict(BaseModel):
@@ -136,6 +151,12 @@ class _Perf(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
+class _Tier(_Strict):
+    fraction: float = Field(gt=0, le=1)
+    seed: int = Field(default=0, ge=0)
+    policy: str | None = None
+
+
 class _Manifest(_Strict):
     evalgate: Literal[1]
     suite: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -153,6 +174,7 @@ class _Manifest(_Strict):
     judge: EvalgateJudgeConfig | None = None
     perf: _Perf | None = None
     canary: str | None = None
+    tiers: dict[str, _Tier] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -211,6 +233,7 @@ class EvalgateManifest:
     definition: Mapping[str, Any]
     definition_digest: str
     cases: tuple[EvalgateCase, ...] = field(repr=False)
+    tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
     judged: EvalgateJudged | None = field(default=None, repr=False)
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
@@ -262,6 +285,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         definition=definition,
         definition_digest=evalgate_sha256_hex(definition),
         cases=cases,
+        tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
         judged=judged,
     )
 
@@ -269,11 +293,14 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
 def _read_yaml(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
-            return yaml.safe_load(handle)
+            return evalgate_load_yaml(handle.read())
     except OSError as exc:
         raise EvalgateConfigError(path, "-", f"cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise EvalgateConfigError(path, "-", f"not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
+        raise EvalgateConfigError(path, "-", reason) from None
+    except EvalgateYamlError as exc:
+        raise EvalgateConfigError(path, "-", exc.reason) from None
 
 
 def _validate(path: str, raw: Any) -> _Manifest:
@@ -303,6 +330,8 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
     if not model.candidates:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
+    for name in model.candidates:
+        evalgate_check_name(path, f"candidates.{name}", name)
     if model.evaluator.scorer == "judge" and model.judge is None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
 

@@ -28,7 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--evalgate-store",
         default=None,
         metavar="PATH",
-        help="result store root (default .evalgate/, or the evalgate_store ini key)",
+        help="result store: a folder (default .evalgate/, or the evalgate_store ini key) "
+        "or s3://bucket/prefix",
     )
     group.addoption(
         "--evalgate-shard",
@@ -42,6 +43,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="NAME",
         help="restrict to these candidates (repeatable)",
+    )
+    group.addoption(
+        "--evalgate-tier",
+        default=None,
+        metavar="NAME",
+        help="run and gate only the manifest's tier NAME (never a full-suite verdict)",
     )
     group.addoption(
         "--evalgate-aggregate",
@@ -59,7 +66,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--evalgate-report",
         default=None,
         metavar="DIR",
-        help="write decision.json, report.md and forest.png to DIR",
+        help="write decision.json, report.md, report.html and forest.png to DIR",
+    )
+    group.addoption(
+        "--evalgate-report-text",
+        action="store_true",
+        default=False,
+        help="let reports and the terminal show case input, target and output (eval sets are"
+        " crown jewels: without this flag only case ids leave the store)",
     )
     group.addoption(
         "--evalgate-sign-key",

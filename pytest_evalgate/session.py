@@ -32,7 +32,9 @@ from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
     EvalgateTally,
+    evalgate_junit_decision,
     evalgate_rule_reports,
+    evalgate_testcase_properties,
 )
 from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
 from pytest_evalgate.manifest import (
@@ -67,13 +69,14 @@ from pytest_evalgate.shard import (
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,
-    EvalgateLocalStore,
     EvalgateRecord,
     EvalgateSegmentWriter,
     evalgate_candidate_prefix,
+    evalgate_open_store,
     evalgate_read_generation,
     evalgate_use_generation,
 )
+from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_policy, evalgate_tier_spec
 from pytest_evalgate.usage import evalgate_usage_errors
 
 _LOG = logging.getLogger("pytest_evalgate")
@@ -93,6 +96,10 @@ class EvalgateSuite:
             extra.update(found or {})
         self.scorer = evalgate_make_scorer(evaluator["scorer"], options, extra, path)
         self.threshold = evalgate_threshold(options, path)
+        tier = config.getoption("evalgate_tier")
+        if tier is not None and policy_path is None:  # a tier's own policy, if it names one
+            spec = evalgate_tier_spec(self.manifest.tiers, tier, path)
+            policy_path = evalgate_tier_policy(spec, self.manifest.suite_dir)
         # The policy is checked at collection, before any request: a typo in gate.yaml must not
         # cost a whole run. A shard run without a gate.yaml may still run (it does not gate).
         found = evalgate_policy_path(self.manifest, policy_path)
@@ -110,7 +117,8 @@ class EvalgatePlugin:
         self.writer_run = uuid.uuid4().hex
         self.topology = self._topology()
         self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
-        self.backend = EvalgateLocalStore(self.store_root)
+        with evalgate_usage_errors():  # an S3 store is probed here, before any request
+            self.backend = evalgate_open_store(self.store_root)
         self.candidates = set(config.getoption("evalgate_candidate"))
         self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
         self.runner: EvalgateRunner | None = None
@@ -167,6 +175,7 @@ class EvalgatePlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
         if self.config_errors:
             raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
+        self._select_tier(config, items)
         if not self.topology.sharded:
             return
         keep: list[Any] = []
@@ -177,6 +186,27 @@ class EvalgatePlugin:
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+
+    def _select_tier(self, config: pytest.Config, items: list[Any]) -> None:
+        """Deselect the cases outside ``--evalgate-tier`` (an unknown tier: usage error)."""
+        name = config.getoption("evalgate_tier")
+        if name is None:
+            return
+        keep: list[Any] = []
+        drop: list[Any] = []
+        for item in items:
+            mine = not isinstance(item, EvalgateItem) or self._in_tier(item, name)
+            (keep if mine else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+    def _in_tier(self, item: EvalgateItem, name: str) -> bool:
+        suite = self.suites[item.suite_path]
+        assert suite is not None
+        with evalgate_usage_errors():
+            spec = evalgate_tier_spec(suite.manifest.tiers, name, suite.manifest.path)
+        return evalgate_tier_member(spec, item.case.case_id)
 
     def _in_shard(self, item: EvalgateItem) -> bool:
         topology = self.topology
@@ -275,13 +305,17 @@ class EvalgatePlugin:
                 report_dir=self.config.getoption("evalgate_report"),
                 sign_key=self.config.getoption("evalgate_sign_key"),
                 perf=perf,
+                tier=self.config.getoption("evalgate_tier"),
+                report_text=bool(self.config.getoption("evalgate_report_text")),
             )
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
         self.summary += [f"wrote {path}" for path in outcome.written]
         self.config.hook.pytest_evalgate_decision(config=self.config, decision=outcome.decision)
+        evalgate_junit_decision(self.config, outcome.decision)
+        properties = evalgate_testcase_properties(self.config)
         for rule in outcome.decision["rules"]:
-            for report in evalgate_rule_reports(rule, outcome.decision):
+            for report in evalgate_rule_reports(rule, outcome.decision, properties):
                 self.config.hook.pytest_runtest_logreport(report=report)
 
     def _perf(
@@ -289,8 +323,8 @@ class EvalgatePlugin:
     ) -> EvalgatePerfResult | None:
         """The load phase (SPEC section 8): reused from the store, else run when ``run`` and
         requests are allowed. It runs after the eval phase, so the two do not compete."""
-        if manifest.perf is None:
-            return None
+        if manifest.perf is None or pair[0] == pair[1]:
+            return None  # no load phase without a baseline (a single-model policy)
         if self.aggregate_only or not run:
             return evalgate_perf_phase(self.backend, manifest, None, pair)
         pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
@@ -356,7 +390,13 @@ class EvalgatePlugin:
         )
         # AIMD changes (logged by the runner's child): shown with --log-cli-level=INFO
         self.runner = EvalgateRunner(
-            mine, writer, limits, concurrency=share, log=_LOG.info, on_record=self._on_record
+            mine,
+            writer,
+            limits,
+            concurrency=share,
+            log=_LOG.info,
+            journal_store=self.store_root,
+            on_record=self._on_record,
         )
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()

@@ -16,15 +16,23 @@ if [ ! -f "$evalgate_stamp" ] || [ "$(cat "$evalgate_stamp")" != "$evalgate_want
     "$evalgate_venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$evalgate_root[test]" >&2
     echo "$evalgate_want" > "$evalgate_stamp"
 fi
-# Code scoring (SPEC section 11) runs model-written code in bubblewrap where it is installed. As
-# root with apt-get at hand, install Debian's bubblewrap once, quietly; never fail the script over
-# it: without bwrap the sandbox falls back to unshare, and its bwrap tests skip with the reason.
-if [ "$(id -u)" = 0 ] && ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    echo "evalgate: installing bubblewrap with apt-get (the code-scoring sandbox)" >&2
-    if ! { apt-get -qq -o DPkg::Lock::Timeout=120 update >/dev/null 2>&1 \
-        && DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=120 install -y \
-            --no-install-recommends bubblewrap >/dev/null 2>&1; }; then
-        echo "evalgate: bubblewrap not installed (apt-get failed); bwrap sandbox tests will skip" >&2
+# As root with apt-get at hand, install a Debian package whose binary some tests run, once and
+# quietly; never fail the script over it: without the binary those tests skip with the reason.
+evalgate_apt() {  # BINARY PACKAGE WHY TESTS
+    if [ "$(id -u)" = 0 ] && ! command -v "$1" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        echo "evalgate: installing $2 with apt-get ($3)" >&2
+        if ! { apt-get -qq -o DPkg::Lock::Timeout=120 update >/dev/null 2>&1 \
+            && DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=120 install -y \
+                --no-install-recommends "$2" >/dev/null 2>&1; }; then
+            echo "evalgate: $2 not installed (apt-get failed); $4 tests will skip" >&2
+        fi
     fi
-fi
+}
+# Code scoring (SPEC section 11) runs model-written code in bubblewrap where it is installed;
+# without bwrap the sandbox falls back to unshare.
+evalgate_apt bwrap bubblewrap "the code-scoring sandbox" "bwrap sandbox"
+# The online-canary tests (SPEC section 15) start a real Prometheus (the binary; no service).
+evalgate_apt prometheus prometheus "the canary check tests" "canary check"
+# The report browser tests render report.html in Debian's chromium (headless, no service).
+evalgate_apt chromium chromium "the report browser tests" "report browser"
 export PATH="$evalgate_venv/bin:$PATH"

@@ -1,8 +1,12 @@
 """Test-suite wiring.
 
 - ``tests/`` helpers (suitekit, faultserver) are importable as top-level modules.
-- The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use) is imported
-  here, in the outer process: pytester's in-process runs
+- ``seaweed``: one real S3 server (SeaweedFS) per test session, for the S3 store's tests.
+- ``GITHUB_STEP_SUMMARY`` is removed for every test: a gated run appends its report.md there,
+  and this suite's own CI job must not get one summary per inner test run.
+- The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use, and
+  matplotlib's pyplot with the Agg and SVG backends, which the report imports on first use) is
+  imported here, in the outer process: pytester's in-process runs
   restore ``sys.modules`` after each inner session, and numpy refuses to be imported a second
   time into one process ("cannot load module more than once per process"). Real runs import it
   once, under ``--evalgate`` only.
@@ -11,10 +15,38 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import matplotlib
+import pytest
 import scipy.stats  # noqa: F401  (imported lazily by stats.py; see the module docstring)
+
+# the report's figures (see the module docstring): Agg first, then what savefig imports
+matplotlib.use("Agg")
+import matplotlib.backends.backend_agg
+import matplotlib.backends.backend_svg
+import matplotlib.pyplot
 
 import pytest_evalgate.session  # noqa: F401  (see the module docstring)
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+from seaweedkit import EvalgateSeaweed, evalgate_weed_unusable
+
+
+@pytest.fixture(autouse=True)
+def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EvalgateSeaweed]:
+    """One SeaweedFS S3 server for the session (tests/seaweedkit.py); skips only where the
+    ``weed`` binary cannot run on this machine."""
+    reason = evalgate_weed_unusable()
+    if reason:
+        pytest.skip(reason)
+    server = EvalgateSeaweed.start(tmp_path_factory.mktemp("seaweed"))
+    yield server
+    server.stop()

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 CRDS = Path(__file__).resolve().parents[2] / "shared" / "crds"
+JSON = dict[str, Any]
 
 
 def crd_to_jsonschema(node: Any) -> Any:
@@ -40,3 +41,29 @@ def crd_schema(file_name: str, version: str) -> dict[str, Any]:
     (found,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
     schema: dict[str, Any] = crd_to_jsonschema(found["schema"]["openAPIV3Schema"])
     return schema
+
+
+def crd_schemas(folder: Path, pattern: str) -> dict[tuple[str, str], JSON]:
+    """``(apiVersion, kind) -> JSON Schema`` for every version of the CRDs matching ``pattern``."""
+    schemas: dict[tuple[str, str], JSON] = {}
+    for path in sorted(folder.glob(pattern)):
+        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
+            schemas[(f"{group}/{version['name']}", kind)] = schema
+    return schemas
+
+
+def crd_validators(folder: Path, patterns: list[str]) -> dict[tuple[str, str], Any]:
+    """A jsonschema validator per ``(apiVersion, kind)`` of the matching CRDs; each schema is
+    checked once here (``jsonschema.validate`` would re-check a large CRD schema on every call)."""
+    import jsonschema
+
+    validators: dict[tuple[str, str], Any] = {}
+    for pattern in patterns:
+        for key, schema in crd_schemas(folder, pattern).items():
+            cls = jsonschema.validators.validator_for(schema)
+            cls.check_schema(schema)
+            validators[key] = cls(schema)
+    return validators

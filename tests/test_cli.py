@@ -21,6 +21,7 @@ from suitekit import DEFAULT_POLICY, make_cases, write_suite
 from pytest_evalgate.cli import (
     EVALGATE_EXIT_FAIL,
     EVALGATE_EXIT_PASS,
+    EVALGATE_EXIT_UNDECIDED,
     EVALGATE_EXIT_USAGE,
     EvalgateCommand,
     evalgate_build_parser,
@@ -45,7 +46,7 @@ Capsys = pytest.CaptureFixture[str]
 
 
 def _command(
-    run: Callable[[argparse.Namespace], bool],
+    run: Callable[[argparse.Namespace], bool | None],
     usage_errors: tuple[type[Exception], ...] = (),
     label: str = "",
 ) -> EvalgateCommand:
@@ -156,7 +157,7 @@ def test_only_the_serving_and_file_writing_commands_declare_usage_errors() -> No
     declared = {c.name: c.usage_errors for c in evalgate_commands() if c.usage_errors}
     assert declared == {
         "serve": (OSError,), "shard-plan": (OSError,), "registry": (OSError,),
-        "admission": (OSError,),
+        "admission": (OSError,), "canary-scan": (OSError,),
     }  # fmt: skip
 
 
@@ -171,9 +172,10 @@ def test_an_unwritable_plan_is_a_usage_error(tmp_path: Path, capsys: Capsys) -> 
 # --------------------------------------------------------------------------- verdict -> status
 
 
-def test_a_verdict_maps_to_0_or_1() -> None:
+def test_a_verdict_maps_to_0_1_or_2_when_undecided() -> None:
     assert evalgate_verdict_status(True) == EVALGATE_EXIT_PASS == 0
     assert evalgate_verdict_status(False) == EVALGATE_EXIT_FAIL == 1
+    assert evalgate_verdict_status(None) == EVALGATE_EXIT_UNDECIDED == 2
 
 
 def test_the_wrapper_returns_the_verdict_status(capsys: Capsys) -> None:
@@ -185,9 +187,13 @@ def test_the_wrapper_returns_the_verdict_status(capsys: Capsys) -> None:
         print("failed")
         return False
 
+    def undecided(args: argparse.Namespace) -> None:
+        print("undecided")
+
     assert evalgate_run_command(_command(passed), argparse.Namespace()) == 0
     assert evalgate_run_command(_command(failed), argparse.Namespace()) == 1
-    assert capsys.readouterr() == ("passed\nfailed\n", "")
+    assert evalgate_run_command(_command(undecided), argparse.Namespace()) == 2
+    assert capsys.readouterr() == ("passed\nfailed\nundecided\n", "")
 
 
 def _gated_suite(pytester: pytest.Pytester, name: str, candidate: float) -> Path:
@@ -268,7 +274,7 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     names = [command.name for command in evalgate_commands()]
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
-        "override", "serve", "shard-plan", "k8s", "registry", "admission",
+        "override", "serve", "shard-plan", "k8s", "registry", "admission", "canary", "canary-scan",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

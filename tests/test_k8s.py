@@ -1,8 +1,8 @@
 """Kubernetes: the kustomize tree, rendered Jobs, their schemas, and runs against loopback APIs.
 
 Built-in kinds validate with ``kubernetes_validate`` (strict, 1.30.0 and 1.33.0). Kueue kinds
-validate against the CRDs in ``../shared/crds`` (converted to JSON Schema below; skipped with a
-reason when that folder is absent); ResourceFlavor against a small hand-written schema. No
+validate against the CRDs in ``../shared/crds`` (turned into JSON Schema by ``crdkit``; skipped
+with a reason when that folder is absent); ResourceFlavor against a small hand-written schema. No
 kustomize binary exists here, so ``_kustomize_build`` applies the subset this tree uses:
 ``resources`` (files and directories) and ``patches`` holding JSON6902 operations.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import crdkit
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -140,35 +141,6 @@ def test_kustomize_subset_applies_and_refuses() -> None:
 # --- validation --------------------------------------------------------------------------------
 
 
-def _crd_to_jsonschema(node: Any) -> Any:
-    """openAPIV3Schema -> JSON Schema: nullable, int-or-string, and closed objects (strict)."""
-    if isinstance(node, list):
-        return [_crd_to_jsonschema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _crd_to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
-    out.pop("nullable", None)
-    if node.get("x-kubernetes-int-or-string"):
-        out.pop("type", None)
-        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-        out.setdefault("additionalProperties", False)
-    if node.get("nullable") and "type" in out:
-        out["type"] = [out["type"], "null"]
-    return out
-
-
-def _crd_schemas() -> dict[tuple[str, str], JSON]:
-    schemas: dict[tuple[str, str], JSON] = {}
-    for path in sorted(CRDS.glob("kueue.x-k8s.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            schema = _crd_to_jsonschema(version["schema"]["openAPIV3Schema"])
-            schemas[(f"{group}/{version['name']}", kind)] = schema
-    return schemas
-
-
 # No CRD for ResourceFlavor ships in shared/: this covers the v1beta1 spec fields by hand.
 _RESOURCE_FLAVOR = {
     "type": "object",
@@ -201,7 +173,7 @@ _RESOURCE_FLAVOR = {
 def crd_schemas() -> dict[tuple[str, str], JSON]:
     if not CRDS.is_dir():
         pytest.skip(f"{CRDS} is absent (a plain clone has no shared/crds): Kueue CRDs unchecked")
-    return _crd_schemas()
+    return crdkit.crd_schemas(CRDS, "kueue.x-k8s.io_*.yaml")
 
 
 def _validate(obj: JSON, crd_schemas: dict[tuple[str, str], JSON]) -> None:

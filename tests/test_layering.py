@@ -20,7 +20,7 @@ PURE = {
     "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
-    "decision",
+    "decision", "online", "canary", "k8s_store",
 }  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
@@ -28,10 +28,13 @@ EDGE = "cli"
 ENTRY_PROGRAMS = {"sandbox.driver"}
 # What the runner's child process may import of this package: the wire, the client, the budget,
 # the record types (and what they import in turn); never its parent side, scoring or a manifest.
-CHILD_SIDE = ("runner.child", "runner.__main__")
+CHILD_SIDE = ("runner.child", "runner.__main__", "runner.journal")
 CHILD_MAY_IMPORT = (
     "pytest_evalgate.runner.child", "pytest_evalgate.runner.wire", "pytest_evalgate.client",
     "pytest_evalgate.budget", "pytest_evalgate.errors", "pytest_evalgate.store.records",
+    # the resume journal (issue 15): its writer, its format, and the store it writes to
+    "pytest_evalgate.runner.journal", "pytest_evalgate.store.journal",
+    "pytest_evalgate.store.location", "pytest_evalgate.store.backend",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

@@ -95,10 +95,12 @@ def test_bad_manifest_is_a_usage_error(pytester: pytest.Pytester) -> None:
 
 
 def test_junit_has_rule_testcases_and_no_answer_text(pytester: pytest.Pytester) -> None:
+    # xunit1: testcases carry properties (xunit2, the default, is in test_junit.py)
     _suite(pytester, GOOD, BAD)
     result = pytester.runpytest(
-        "--evalgate", "suite", "--junitxml=out.xml", "-p", "no:cacheprovider"
-    )
+        "--evalgate", "suite", "--junitxml=out.xml", "-p", "no:cacheprovider",
+        "-o", "junit_family=xunit1",
+    )  # fmt: skip
     assert result.ret == 0
     text = (pytester.path / "out.xml").read_text()
     root = ET.fromstring(text)
@@ -220,12 +222,7 @@ def test_junit_is_correct_under_xdist(pytester: pytest.Pytester) -> None:
     items = [case for case in cases if case.get("classname") != "evalgate.gate"]
     assert [case.get("name") for case in rules] == ["test-suite/non_inferior[all]"]
     assert len(items) == 24  # one testcase per item, none lost or doubled across workers
-    identities = {
-        prop.get("value")
-        for case in items
-        for prop in case.iter("property")
-        if prop.get("name") == "evalgate.identity"
-    }
+    identities = {(case.get("classname"), case.get("name")) for case in items}
     assert len(identities) == 24
     assert sum(1 for case in items if case.find("failure") is not None) == 12
 

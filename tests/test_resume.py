@@ -7,7 +7,8 @@ one moment, reruns the same command to the end, and asserts:
 
 - every expected identity is in the store exactly once (one line, no problems, no duplicates);
 - no identity committed before the kill is requested by the rerun (the server's log);
-- the rerun requests exactly the identities that were not committed, each once;
+- the rerun requests exactly the identities that were neither committed nor journaled (the
+  resume journal, store.journal, replays answered ones), each once;
 - what the rerun re-sends of the first run's requests is bounded by what was in flight at the
   kill plus the writer's uncommitted tail (see ``check_resent_bound``).
 """
@@ -23,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,15 @@ class Kill:
     committed: set[str]
     requested: list[tuple[float, str]]
     pause: float = 0.0  # the fault-injected commit pause of that run: it widens the tail
+    journaled: set[str] = field(default_factory=set)  # answered, in the resume journal
+
+
+def journaled(store: Path) -> set[str]:
+    """Identities whose answers the runner's child journaled (store.journal), committed or not."""
+    found = set()
+    for path in store.rglob("*.journal"):
+        found |= {json.loads(line)["identity"] for line in path.read_bytes().splitlines()}
+    return found
 
 
 def kill(rig: Rig, process: subprocess.Popen[bytes], victim: int, pause: float = 0.0) -> Kill:
@@ -176,7 +186,7 @@ def kill(rig: Rig, process: subprocess.Popen[bytes], victim: int, pause: float =
     if victim == process.pid:
         process.wait(RUN_TIMEOUT_S)
     time.sleep(0.3)  # requests already on the wire reach the log
-    return Kill(at, in_flight, set(rig.committed()), rig.requests(), pause)
+    return Kill(at, in_flight, set(rig.committed()), rig.requests(), pause, journaled(rig.store))
 
 
 def check_resent_bound(rig: Rig, at_kill: Kill, rerun: list[str], workers: int = 1) -> None:
@@ -208,14 +218,15 @@ def check_resumed(rig: Rig, at_kill: Kill, until: int | None = None, workers: in
     rerun = [identity for _at, identity in rig.requests()[len(at_kill.requested) : until]]
     assert not set(rerun) & at_kill.committed, "committed identities were requested again"
     assert set(Counter(rerun).values()) <= {1}, "the rerun requested an identity twice"
-    assert set(rerun) <= rig.expected - at_kill.committed
+    # journaled answers are replayed (rescored, committed), never requested again
+    assert set(rerun) <= rig.expected - at_kill.committed - at_kill.journaled
     check_resent_bound(rig, at_kill, rerun, workers)
 
 
 def check_complete(rig: Rig, last: Kill) -> None:
     """After the final rerun: every identity once in the store, every missing one requested."""
     rerun = [identity for _at, identity in rig.requests()[len(last.requested) :]]
-    assert Counter(rerun) == Counter(rig.expected - last.committed)
+    assert Counter(rerun) == Counter(rig.expected - last.committed - last.journaled)
     final = rig.committed()
     assert set(final) == rig.expected
     assert set(final.values()) == {1}, "an identity was committed twice"

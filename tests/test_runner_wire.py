@@ -103,7 +103,7 @@ def test_messages_carry_their_kind_and_named_fields() -> None:
     data = json.loads(line)
     assert data == {
         "kind": "work", "index": 5, "endpoint": 1, "halt": 2, "body": {"prompt": "p"},
-        "identity": "id", "est_tokens": 3, "urgent": False,
+        "identity": "id", "est_tokens": 3, "urgent": False, "journal": None,
     }  # fmt: skip
     assert b", " not in line and b": " not in line  # compact separators
 

@@ -24,7 +24,8 @@ from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S
 KNOBS = (
     "accuracy", "seed", "latency_ms", "ttft_ms", "tpot_ms", "jitter", "output_tokens",
     "output_jitter", "fail_401", "fail_400", "quota", "fail_429_first", "retry_after",
-    "fail_500_first", "fail_rate", "hang_first", "hang_s",
+    "fail_500_first", "fail_rate", "hang_first", "hang_s", "canary", "canary_rate",
+    "service_slots",
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
 )  # fmt: skip
 

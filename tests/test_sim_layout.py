@@ -16,8 +16,8 @@ import pytest_evalgate.simulated as simulated
 PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
 ORDER = (
-    "knobs", "draws", "answers", "judge_style", "styles", "plan", "faults", "responses",
-    "protocol", "app", "server", "spec", "process", "__main__",
+    "knobs", "draws", "canary", "answers", "judge_style", "styles", "plan", "faults",
+    "responses", "protocol", "slots", "app", "server", "spec", "process", "__main__",
 )  # fmt: skip
 HTTP_LAYER = ("responses", "protocol", "app")
 # The simulated judge's decisions are the judge package's pure core (docs/judges.md); only the

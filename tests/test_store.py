@@ -16,7 +16,9 @@ from pytest_evalgate.manifest import evalgate_load_manifest
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateLocalStore,
+    EvalgateS3Store,
     EvalgateSegmentWriter,
+    EvalgateStoreBackend,
     EvalgateStoreFollower,
     evalgate_candidate_prefix,
     evalgate_generations,
@@ -67,23 +69,36 @@ def errored(case_id: str) -> dict[str, Any]:
     return record(case_id, output=None, score=None, passed=None, error=error)
 
 
-def segment(store: EvalgateLocalStore, name: str, *records: dict[str, Any]) -> str:
+def segment(store: EvalgateStoreBackend, name: str, *records: dict[str, Any]) -> str:
     relpath = f"{PREFIX}/shard-0-of-1/{name}.jsonl"
     data = b"".join(evalgate_canonical_json(r) + b"\n" for r in records)
     store.evalgate_write_atomic(relpath, data)
     return relpath
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> EvalgateLocalStore:
-    return EvalgateLocalStore(str(tmp_path / "store"))
+@pytest.fixture(params=["folder", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> EvalgateStoreBackend:
+    """Every test below runs against the folder store and the S3 store (a real SeaweedFS)."""
+    if request.param == "folder":
+        return EvalgateLocalStore(str(tmp_path / "store"))
+    seaweed = request.getfixturevalue("seaweed")
+    return EvalgateS3Store(seaweed.new_store(), client=seaweed.client())
 
 
-def read(store: EvalgateLocalStore) -> Any:
+def overwrite(store: EvalgateStoreBackend, relpath: str, data: bytes) -> None:
+    """Replace a published object behind the store's back (a corruption, a killed writer)."""
+    if isinstance(store, EvalgateLocalStore):
+        Path(store.root, relpath).write_bytes(data)
+    else:
+        assert isinstance(store, EvalgateS3Store)
+        store.client.put_object(Bucket=store.bucket, Key=store._key(relpath), Body=data)
+
+
+def read(store: EvalgateStoreBackend) -> Any:
     return evalgate_read_generation(store, PREFIX, EXPECT)
 
 
-def only_problem(store: EvalgateLocalStore) -> Any:
+def only_problem(store: EvalgateStoreBackend) -> Any:
     problems = read(store).problems
     assert len(problems) == 1, problems
     return problems[0]
@@ -92,7 +107,7 @@ def only_problem(store: EvalgateLocalStore) -> Any:
 # -- committing -----------------------------------------------------------------------------
 
 
-def test_writer_commits_one_atomic_segment_per_folder(store: EvalgateLocalStore) -> None:
+def test_writer_commits_one_atomic_segment_per_folder(store: EvalgateStoreBackend) -> None:
     writer = EvalgateSegmentWriter(store, "shard-0-of-1", writer="w1", max_records=3)
     writer.evalgate_add(PREFIX, record("a"))
     writer.evalgate_add(PREFIX, record("b"))
@@ -105,14 +120,14 @@ def test_writer_commits_one_atomic_segment_per_folder(store: EvalgateLocalStore)
     assert store.evalgate_list(PREFIX) == [f"{PREFIX}/shard-0-of-1/seg-w1-000001.jsonl"]
 
 
-def test_writer_commits_by_age(store: EvalgateLocalStore) -> None:
+def test_writer_commits_by_age(store: EvalgateStoreBackend) -> None:
     writer = EvalgateSegmentWriter(store, "shard-0-of-1", max_records=1000, max_age_s=0.0)
     writer.evalgate_add(PREFIX, record("a"))
     writer.evalgate_maybe_commit()
     assert set(read(store).results) == {(REVISION, "a", "candidate", 0)}
 
 
-def test_committed_segment_is_never_replaced(store: EvalgateLocalStore) -> None:
+def test_committed_segment_is_never_replaced(store: EvalgateStoreBackend) -> None:
     relpath = segment(store, "seg-w-000001", record("a"))
     before = store.evalgate_read(relpath)
     with pytest.raises(FileExistsError):
@@ -120,10 +135,9 @@ def test_committed_segment_is_never_replaced(store: EvalgateLocalStore) -> None:
     assert store.evalgate_read(relpath) == before
 
 
-def test_temp_files_of_a_killed_writer_are_not_read(store: EvalgateLocalStore) -> None:
+def test_temp_files_of_a_killed_writer_are_not_read(store: EvalgateStoreBackend) -> None:
     segment(store, "seg-w-000001", record("a"))
-    folder = Path(store.root, PREFIX, "shard-0-of-1")
-    (folder / ".tmp-deadbeef").write_bytes(b'{"identity": half a rec')
+    overwrite(store, f"{PREFIX}/shard-0-of-1/.tmp-deadbeef", b'{"identity": half a rec')
     view = read(store)
     assert (view.problems, len(view.results)) == ([], 1)
 
@@ -131,14 +145,14 @@ def test_temp_files_of_a_killed_writer_are_not_read(store: EvalgateLocalStore) -
 # -- verified reading -----------------------------------------------------------------------
 
 
-def test_identical_duplicates_collapse_and_are_counted(store: EvalgateLocalStore) -> None:
+def test_identical_duplicates_collapse_and_are_counted(store: EvalgateStoreBackend) -> None:
     segment(store, "seg-w1-000001", record("a"), record("b"))
     segment(store, "seg-w2-000001", record("a"))
     view = read(store)
     assert (len(view.results), view.duplicates, view.problems) == (2, 1, [])
 
 
-def test_conflicting_duplicate_is_named(store: EvalgateLocalStore) -> None:
+def test_conflicting_duplicate_is_named(store: EvalgateStoreBackend) -> None:
     segment(store, "seg-w1-000001", record("a"))
     relpath = segment(store, "seg-w2-000001", record("b"), record("a", output="41"))
     problem = only_problem(store)
@@ -148,11 +162,10 @@ def test_conflicting_duplicate_is_named(store: EvalgateLocalStore) -> None:
     assert f"{relpath}:2: {REVISION}/candidate/a[r0]: conflicting" in str(problem)
 
 
-def test_truncated_segment_reports_the_cut_line(store: EvalgateLocalStore) -> None:
+def test_truncated_segment_reports_the_cut_line(store: EvalgateStoreBackend) -> None:
     relpath = segment(store, "seg-w-000001", record("a"), record("b"))
-    path = Path(store.root, relpath)
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) - 40])  # cut inside the second record
+    data = store.evalgate_read(relpath)
+    overwrite(store, relpath, data[: len(data) - 40])  # cut inside the second record
     view = read(store)
     assert set(view.results) == {(REVISION, "a", "candidate", 0)}
     problem = only_problem(store)
@@ -161,20 +174,19 @@ def test_truncated_segment_reports_the_cut_line(store: EvalgateLocalStore) -> No
     assert problem.identity == "<unreadable identity>"
 
 
-def test_flipped_byte_fails_the_checksum(store: EvalgateLocalStore) -> None:
+def test_flipped_byte_fails_the_checksum(store: EvalgateStoreBackend) -> None:
     relpath = segment(store, "seg-w-000001", record("a"), record("b"))
-    path = Path(store.root, relpath)
-    data = bytearray(path.read_bytes())
+    data = bytearray(store.evalgate_read(relpath))
     at = data.index(b'"output":"42"', data.index(b"\n")) + len(b'"output":"')
     data[at] = ord("7")  # "42" -> "72" in the second record: still valid JSON
-    path.write_bytes(bytes(data))
+    overwrite(store, relpath, bytes(data))
     problem = only_problem(store)
     assert (problem.file, problem.line, problem.identity) == (relpath, 2, "rev-1/candidate/b[r0]")
     assert "checksum mismatch" in problem.reason
     assert (REVISION, "b", "candidate", 0) not in read(store).results
 
 
-def test_a_record_written_non_canonically_still_verifies(store: EvalgateLocalStore) -> None:
+def test_a_record_written_non_canonically_still_verifies(store: EvalgateStoreBackend) -> None:
     # The reader's fast path hashes the stored line itself; a line that is valid but not in
     # canonical form (spaces, other key order) must still verify through the full path.
     relpath = f"{PREFIX}/shard-0-of-1/seg-w-000001.jsonl"
@@ -185,7 +197,7 @@ def test_a_record_written_non_canonically_still_verifies(store: EvalgateLocalSto
     assert view.problems == [] and (REVISION, "a", "candidate", 0) in view.results
 
 
-def test_a_forged_checksum_member_does_not_pass(store: EvalgateLocalStore) -> None:
+def test_a_forged_checksum_member_does_not_pass(store: EvalgateStoreBackend) -> None:
     sealed = record("a")
     forged = dict(sealed, output="43")  # content changed, old checksum kept
     segment(store, "seg-w-000001", forged)
@@ -211,7 +223,7 @@ def test_a_forged_checksum_member_does_not_pass(store: EvalgateLocalStore) -> No
     ],
 )
 def test_foreign_records_are_named(
-    store: EvalgateLocalStore, changes: dict[str, Any], reason: str
+    store: EvalgateStoreBackend, changes: dict[str, Any], reason: str
 ) -> None:
     relpath = segment(store, "seg-w-000001", record("b"), record("a", **changes))
     problem = only_problem(store)
@@ -221,7 +233,7 @@ def test_foreign_records_are_named(
     assert (REVISION, "a", "candidate", 0) not in read(store).results
 
 
-def test_record_with_missing_field_is_malformed(store: EvalgateLocalStore) -> None:
+def test_record_with_missing_field_is_malformed(store: EvalgateStoreBackend) -> None:
     bad = record("a")
     del bad["writer"]
     relpath = segment(store, "seg-w-000001", bad)
@@ -230,7 +242,7 @@ def test_record_with_missing_field_is_malformed(store: EvalgateLocalStore) -> No
     assert "fields differ" in problem.reason
 
 
-def test_error_is_superseded_by_a_later_success(store: EvalgateLocalStore) -> None:
+def test_error_is_superseded_by_a_later_success(store: EvalgateStoreBackend) -> None:
     segment(store, "seg-w-000001", errored("a"), errored("b"))
     segment(store, "seg-w-000002", record("a"))
     view = read(store)
@@ -239,7 +251,7 @@ def test_error_is_superseded_by_a_later_success(store: EvalgateLocalStore) -> No
     assert view.problems == []
 
 
-def test_follower_reads_only_new_segments(store: EvalgateLocalStore) -> None:
+def test_follower_reads_only_new_segments(store: EvalgateStoreBackend) -> None:
     follower = EvalgateStoreFollower(store, PREFIX, EXPECT)
     segment(store, "seg-w-000001", record("a"))
     assert (follower.evalgate_poll().segments, len(follower.view.results)) == (1, 1)
@@ -251,11 +263,10 @@ def test_follower_reads_only_new_segments(store: EvalgateLocalStore) -> None:
 # -- aggregation turns problems into an invalid run -----------------------------------------
 
 
-def test_corrupt_store_makes_the_run_invalid(tmp_path: Path) -> None:
+def test_corrupt_store_makes_the_run_invalid(tmp_path: Path, store: EvalgateStoreBackend) -> None:
     manifest = evalgate_load_manifest(
         str(write_suite(tmp_path / "suite", {"candidate": "http://127.0.0.1:9/v1"}))
     )
-    store = EvalgateLocalStore(str(tmp_path / "store"))
     cand = manifest.candidates["candidate"]
     prefix = evalgate_use_generation(
         store, evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, cand.key)
@@ -291,7 +302,7 @@ def test_corrupt_store_makes_the_run_invalid(tmp_path: Path) -> None:
 # -- generations ----------------------------------------------------------------------------
 
 
-def test_resume_uses_the_newest_generation(store: EvalgateLocalStore) -> None:
+def test_resume_uses_the_newest_generation(store: EvalgateStoreBackend) -> None:
     first = evalgate_use_generation(store, PREFIX)
     assert first == f"{PREFIX}/gen-1"
     assert evalgate_use_generation(store, PREFIX) == first
@@ -299,7 +310,7 @@ def test_resume_uses_the_newest_generation(store: EvalgateLocalStore) -> None:
 
 
 def test_fresh_run_starts_a_new_generation_and_keeps_the_old(
-    store: EvalgateLocalStore,
+    store: EvalgateStoreBackend,
 ) -> None:
     old = evalgate_use_generation(store, PREFIX)
     store.evalgate_write_atomic(
@@ -316,13 +327,13 @@ def test_fresh_run_starts_a_new_generation_and_keeps_the_old(
     assert (marker["generation"], marker["run"]) == (2, "run-2")
 
 
-def test_folder_without_generations_is_read_whole(store: EvalgateLocalStore) -> None:
+def test_folder_without_generations_is_read_whole(store: EvalgateStoreBackend) -> None:
     segment(store, "seg-w-000001", record("a"))  # the layout before generations
     assert len(evalgate_read_candidate(store, PREFIX, EXPECT).results) == 1
 
 
 def test_concurrent_processes_of_one_run_claim_one_generation(
-    store: EvalgateLocalStore,
+    store: EvalgateStoreBackend,
 ) -> None:
     evalgate_use_generation(store, PREFIX)
     found: list[str] = []
@@ -341,7 +352,7 @@ def test_concurrent_processes_of_one_run_claim_one_generation(
     assert evalgate_generations(store, PREFIX) == [1, 2]
 
 
-def test_two_fresh_runs_get_two_generations(store: EvalgateLocalStore) -> None:
+def test_two_fresh_runs_get_two_generations(store: EvalgateStoreBackend) -> None:
     assert evalgate_use_generation(store, PREFIX, fresh_run="a").endswith("/gen-1")
     assert evalgate_use_generation(store, PREFIX, fresh_run="b").endswith("/gen-2")
     assert evalgate_use_generation(store, PREFIX, fresh_run="a").endswith("/gen-1")

@@ -4,7 +4,8 @@ Every program's argument parsing, printing and exit status lives in this package
 core modules, never the reverse. Each subcommand module exposes its ``EvalgateCommand`` values;
 :func:`main` parses, runs the chosen one through the one error wrapper
 (:func:`evalgate_run_command`) and returns its exit status: 0 passed, 1 failed (or another
-evalgate error), 4 a configuration or usage error.
+evalgate error), 2 undecided (``canary check`` with too little traffic), 4 a configuration or
+usage error.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from collections.abc import Sequence
 
 from pytest_evalgate.cli.admission import evalgate_admission_commands
 from pytest_evalgate.cli.attest import evalgate_attest_commands
+from pytest_evalgate.cli.canary import evalgate_canary_commands
 from pytest_evalgate.cli.command import (
     EVALGATE_EXIT_FAIL,
     EVALGATE_EXIT_PASS,
+    EVALGATE_EXIT_UNDECIDED,
     EVALGATE_EXIT_USAGE,
     EvalgateCommand,
     evalgate_run_command,
     evalgate_verdict_status,
 )
+from pytest_evalgate.cli.contamination import evalgate_contamination_commands
 from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
@@ -32,6 +36,7 @@ from pytest_evalgate.cli.suite import evalgate_suite_commands
 __all__ = [
     "EVALGATE_EXIT_FAIL",
     "EVALGATE_EXIT_PASS",
+    "EVALGATE_EXIT_UNDECIDED",
     "EVALGATE_EXIT_USAGE",
     "EvalgateCommand",
     "evalgate_build_parser",
@@ -55,6 +60,8 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_k8s_commands(),
         *evalgate_registry_commands(),
         *evalgate_admission_commands(),
+        *evalgate_canary_commands(),
+        *evalgate_contamination_commands(),
     )
 
 

@@ -2,7 +2,9 @@
 verdict -> exit status mapping.
 
 A subcommand's ``run(args)`` prints its own output and returns its verdict: ``True`` when it
-passed. It never returns an exit status and never catches an error only to print it:
+passed, ``False`` when it did not, ``None`` when it could not decide (``evalgate canary check``
+with too little traffic to judge: exit 2). It never returns an exit status and never catches an
+error only to print it:
 :func:`evalgate_run_command` does both, in one place, for every subcommand:
 
 - ``EvalgateConfigError`` (and the subcommand's declared ``usage_errors``, e.g. ``OSError`` for
@@ -23,10 +25,11 @@ from pytest_evalgate.errors import EvalgateConfigError, EvalgateError
 
 EVALGATE_EXIT_PASS = 0
 EVALGATE_EXIT_FAIL = 1
+EVALGATE_EXIT_UNDECIDED = 2  # too little evidence to pass or fail (canary check)
 EVALGATE_EXIT_USAGE = 4
 
 EvalgateAdder = Callable[[argparse.ArgumentParser], None]
-EvalgateRunner = Callable[[argparse.Namespace], bool]
+EvalgateRunner = Callable[[argparse.Namespace], bool | None]
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,11 @@ class EvalgateCommand:
         return self.label or self.name
 
 
-def evalgate_verdict_status(passed: bool) -> int:
-    """The exit status of a subcommand's verdict: 0 when it passed, 1 when it did not."""
+def evalgate_verdict_status(passed: bool | None) -> int:
+    """The exit status of a subcommand's verdict: 0 when it passed, 1 when it did not, 2 when it
+    could not decide (``None``)."""
+    if passed is None:
+        return EVALGATE_EXIT_UNDECIDED
     return EVALGATE_EXIT_PASS if passed else EVALGATE_EXIT_FAIL
 
 

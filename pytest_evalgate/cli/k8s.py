@@ -30,11 +30,25 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--namespace", default="evalgate")
         command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
         command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
+        _s3_arguments(command)
     run = sub.choices["run"]
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     run.add_argument("--context", help="kubeconfig context")
     run.add_argument("--poll", type=float, default=5.0, help="seconds between status polls")
     run.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds for both Jobs")
+
+
+def _s3_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--store", help="s3://bucket/prefix: an S3 store instead of the PVC")
+    command.add_argument("--store-endpoint", help="AWS_ENDPOINT_URL of the pods (not a secret)")
+    command.add_argument("--store-region", help="AWS_REGION of the pods")
+    command.add_argument("--store-secret", help="Secret holding AWS_ACCESS_KEY_ID/_SECRET_KEY")
+    command.add_argument(
+        "--workload-identity", action="store_true", help="credentials by the service account"
+    )
+    command.add_argument(
+        "--store-egress-cidr", default="0.0.0.0/0", help="object store addresses (egress)"
+    )
 
 
 def _run(args: argparse.Namespace) -> bool:
@@ -59,7 +73,7 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
     shards = args.shards or manifest.shards
     # a plan for another N would make every pod exit 4: refuse before anything is submitted
     evalgate_manifest_plan(manifest, shards)
-    return evalgate_render(
+    objects = evalgate_render(
         manifest,
         shards,
         args.image,
@@ -69,3 +83,18 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
         queue=args.queue or None,
         options=EvalgateRenderOptions(suite_path=args.suite.rstrip("/")),
     )
+    return _on_store(objects, args) if args.store else objects
+
+
+def _on_store(objects: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions, evalgate_s3_store_objects
+
+    options = EvalgateS3RenderOptions(
+        store=args.store,
+        endpoint=args.store_endpoint,
+        region=args.store_region,
+        credentials_secret=args.store_secret,
+        workload_identity=args.workload_identity,
+        egress_cidr=args.store_egress_cidr,
+    )
+    return evalgate_s3_store_objects(objects, options)

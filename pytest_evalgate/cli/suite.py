@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def evalgate_suite_commands() -> tuple[EvalgateCommand, ...]:
     """The suite subcommands, in ``evalgate --help`` order."""
     gate_help = "gate what the store holds for a suite (no requests)"
-    report_help = "re-render report.md and forest.png from decision.json"
+    report_help = "re-render report.md, report.html and forest.png from decision.json"
     return (
         EvalgateCommand("pin", "write the dataset sha256 into a suite's manifest", _suite, _pin),
         EvalgateCommand("gate", gate_help, _gate_arguments, _gate),
@@ -39,9 +39,18 @@ def _pin(args: argparse.Namespace) -> bool:
 
 def _gate_arguments(parser: argparse.ArgumentParser) -> None:
     _suite(parser)
-    parser.add_argument("--store", default=".evalgate", help="result store root")
+    parser.add_argument(
+        "--store", default=".evalgate", help="result store root (a folder or s3://bucket/prefix)"
+    )
     parser.add_argument("--policy", help="gate policy (default: the suite's gate.yaml)")
-    parser.add_argument("--report", help="write decision.json, report.md, forest.png here")
+    parser.add_argument(
+        "--report", help="write decision.json, report.md, report.html, forest.png here"
+    )
+    parser.add_argument(
+        "--report-text",
+        action="store_true",
+        help="let the reports show case input, target and output (only case ids otherwise)",
+    )
     parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
 
 
@@ -62,18 +71,18 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
     from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.perf import evalgate_perf_phase
-    from pytest_evalgate.store import EvalgateLocalStore
+    from pytest_evalgate.store import evalgate_open_store
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     policy = evalgate_load_suite_policy(manifest, args.policy)
     selection = EvalgateSelection(
         tuple(manifest.candidates), tuple(case.case_id for case in manifest.cases)
     )
-    backend = EvalgateLocalStore(args.store)
+    backend = evalgate_open_store(args.store)
     perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
     return evalgate_decide(
         backend, manifest, selection, policy,
-        report_dir=args.report, sign_key=args.sign_key, perf=perf,
+        report_dir=args.report, sign_key=args.sign_key, perf=perf, report_text=args.report_text,
     )  # fmt: skip
 
 

@@ -2,8 +2,9 @@
 
 It owns an asyncio loop, the ``EvalgateLimiter`` (this process's share of ``budget``) and a
 fixed pool of worker coroutines calling endpoints through ``EvalgateClient``; it talks to the
-pytest process only in ``runner.wire`` messages. It never scores, seals or writes, and it
-imports nothing of the parent side (no manifest, scoring or pytest; tests/test_layering.py).
+pytest process only in ``runner.wire`` messages. It never scores, seals or commits records (it
+only journals answers, ``runner.journal``, before reporting them), and it imports nothing of
+the parent side (no manifest, scoring or pytest; tests/test_layering.py).
 
 The first request on each stop channel (one per suite and candidate) goes alone: if it ends in
 a fatal error (401, 403, 400, ...) the channel is closed, and every later work on it is answered
@@ -21,11 +22,13 @@ import math
 import os
 import sys
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.runner.journal import EvalgateJournalWriter
 from pytest_evalgate.runner.wire import (
     EvalgateToChild,
     EvalgateToParent,
@@ -41,6 +44,8 @@ from pytest_evalgate.runner.wire import (
     evalgate_decode_for_child,
     evalgate_encode,
 )
+from pytest_evalgate.store.journal import evalgate_journal_line
+from pytest_evalgate.store.location import evalgate_open_store
 from pytest_evalgate.store.records import EvalgateOutcome
 
 _ORPHANED_EXIT = 3  # the child's exit status when the pytest process went away
@@ -62,6 +67,7 @@ class EvalgateChild:
         self._halted: dict[int, str] = {}  # closed stop channel -> why
         self._probes: dict[int, asyncio.Future[None]] = {}
         self._in_flight = 0
+        self._journal: EvalgateJournalWriter | None = None
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
@@ -73,6 +79,7 @@ class EvalgateChild:
             log=self._log,
         )
         client = EvalgateClient(limiter)
+        self._journal = _journal(setup, self._log)
         workers = [asyncio.create_task(self._worker(client)) for _ in range(setup.concurrency)]
         while line := await reader.readline():
             self._take_message(evalgate_decode_for_child(line))
@@ -168,7 +175,9 @@ class EvalgateChild:
             if reason is not None:
                 self._emit(EvalgateWireHalted(work.index, self._in_flight, reason))
                 return
-            self._emit(await self._call(client, work))
+            result = await self._call(client, work)
+            await self._journal_answer(work, result)
+            self._emit(result)
         finally:
             if probe is not None:
                 probe.set_result(None)
@@ -187,6 +196,12 @@ class EvalgateChild:
             self._halted.setdefault(work.halt, f"{error.category}: {error.message}")
         outcome = evalgate_outcome(result, started, _now())
         return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
+
+    async def _journal_answer(self, work: EvalgateWireRequest, result: EvalgateWireResult) -> None:
+        # Before the parent hears of it: an answer is in the store before it can be scored.
+        if self._journal is not None and work.journal and result.outcome["error"] is None:
+            line = evalgate_journal_line(work.identity, result.outcome)
+            await self._journal.evalgate_append(work.journal, line)
 
     async def _enter_probe(self, halt: int) -> asyncio.Future[None] | None:
         # The first work of a stop channel is its probe: the others wait until it is done.
@@ -231,6 +246,13 @@ def _setup(message: EvalgateToChild) -> EvalgateWireSetup:
     if not isinstance(message, EvalgateWireSetup):
         raise EvalgateWireError(f"expected the setup first, got a {message.kind!r} message")
     return message
+
+
+def _journal(setup: EvalgateWireSetup, log: Callable[[str], None]) -> EvalgateJournalWriter | None:
+    if setup.journal_store is None:
+        return None
+    backend = evalgate_open_store(setup.journal_store)
+    return EvalgateJournalWriter(backend, setup.journal_writer or f"child-{os.getpid()}", log)
 
 
 def _p95(values: tuple[float, ...]) -> float | None:

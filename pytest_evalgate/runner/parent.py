@@ -70,6 +70,7 @@ from pytest_evalgate.store import (
     evalgate_not_requested,
     evalgate_record,
 )
+from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
 if TYPE_CHECKING:  # types only: the suite's manifest is loaded by the session
     from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
@@ -166,9 +167,13 @@ class EvalgateRunner:
         concurrency: int,
         window: int | None = None,
         log: Callable[[str], None] | None = None,
+        journal_store: str | None = None,
         on_record: Callable[[EvalgateWork, EvalgateRecord], None] | None = None,
     ) -> None:
         self._works = list(works)
+        self._journal_store = journal_store  # the resume journal's store (store.journal)
+        self._replay: dict[tuple[str, str], EvalgateOutcome] = {}
+        self.replayed = 0
         self._writer = writer
         self._limits = limits
         self._concurrency = max(1, concurrency)
@@ -209,7 +214,11 @@ class EvalgateRunner:
         assert self._child.stdout is not None
         os.set_blocking(self._child.stdout.fileno(), False)
         self._committer.start()
-        self._outbox.append(evalgate_encode(EvalgateWireSetup(self._concurrency, self._limits)))
+        self._replay = self._journaled()
+        setup = EvalgateWireSetup(
+            self._concurrency, self._limits, self._journal_store, self._writer.writer
+        )
+        self._outbox.append(evalgate_encode(setup))
         self._fill()
         self._flush()
 
@@ -316,7 +325,39 @@ class EvalgateRunner:
             self._outbox.append(evalgate_encode(EvalgateWireUrge(index)))
         self._flush()
 
+    def _journaled(self) -> dict[tuple[str, str], EvalgateOutcome]:
+        # Answers a killed run journaled but did not commit: replayed instead of requested.
+        if self._journal_store is None:
+            return {}
+        found = {}
+        for prefix in {work.suite.prefixes[work.candidate] for work in self._works}:
+            for header, outcome in evalgate_read_journal(self._writer.backend, prefix).items():
+                found[(prefix, header)] = outcome
+        return found
+
+    def _replayed(self, work: EvalgateWork) -> bool:
+        """Seal and commit ``work`` from the journal (each line once); False if not there."""
+        prefix = work.suite.prefixes[work.candidate]
+        outcome = self._replay.pop((prefix, evalgate_identity_header(work)), None)
+        if outcome is None:
+            return False
+        self._sent[work.key] = -1  # never sent: answered by a run before this one
+        record = work.evalgate_seal(outcome, self._writer.writer)
+        self._writer.evalgate_add(prefix, record)
+        self._count(None, record["usage"]["completion_tokens"])
+        self._done[work.key] = record
+        self.replayed += 1
+        return True
+
+    def _journal_folder(self, work: EvalgateWork) -> str | None:
+        if self._journal_store is None:
+            return None
+        prefix = work.suite.prefixes[work.candidate]
+        return evalgate_journal_folder(prefix, self._writer.shard_dir)
+
     def _send(self, work: EvalgateWork, *, urgent: bool) -> None:
+        if self._replayed(work):
+            return
         index = len(self._wire)
         self._wire.append(work)
         self._sent[work.key] = index
@@ -328,6 +369,7 @@ class EvalgateRunner:
             evalgate_identity_header(work),
             evalgate_estimate_tokens(work),
             urgent,
+            self._journal_folder(work),
         )
         self._outbox.append(evalgate_encode(request))
 

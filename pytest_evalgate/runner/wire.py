@@ -62,6 +62,10 @@ class EvalgateWireSetup(_EvalgateWireMessage):
     kind: ClassVar[str] = "setup"
     concurrency: int
     limits: EvalgateLimits
+    # The resume journal (store.journal): the store location the child journals answers to,
+    # and the writer id that names its journal objects; None: no journal.
+    journal_store: str | None = None
+    journal_writer: str = ""
 
     @classmethod
     def evalgate_from_fields(cls, fields: dict[str, Any]) -> Self:
@@ -97,6 +101,7 @@ class EvalgateWireRequest(_EvalgateWireMessage):
     identity: str
     est_tokens: int
     urgent: bool
+    journal: str | None = None  # the journal folder of an answer to this work (or none)
 
 
 @dataclass(frozen=True)

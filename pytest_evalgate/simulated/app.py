@@ -28,6 +28,7 @@ from pytest_evalgate.simulated.responses import (
     evalgate_sim_error_body,
     evalgate_sim_full_body,
 )
+from pytest_evalgate.simulated.slots import EvalgateSimSlots, evalgate_sim_after
 from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, evalgate_sim_ask
 
 _COMPLETIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text"}
@@ -82,6 +83,7 @@ class EvalgateSimApp:
         self.models: dict[str, None] = {}
         self.hangs_dropped = 0
         self.in_flight = 0
+        self.slots = EvalgateSimSlots(config.service_slots)
         self.reset()
 
     def reset(self) -> None:
@@ -196,11 +198,14 @@ class EvalgateSimApp:
         self.models.setdefault(model, None)
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
+        wait = self.slots.evalgate_wait(time.monotonic(), plan.total_s)
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            proto.stream(200, EvalgateSimStream(kind, rid, model, plan, usage).run)
+            run = EvalgateSimStream(kind, rid, model, plan, usage).run
+            proto.stream(200, run if wait <= 0 else evalgate_sim_after(wait, run))
         else:
-            proto.reply(200, evalgate_sim_full_body(kind, rid, model, plan), delay=plan.total_s)
+            body_bytes = evalgate_sim_full_body(kind, rid, model, plan)
+            proto.reply(200, body_bytes, delay=wait + plan.total_s)
 
     def _plan(self, body: Mapping[str, Any], kind: str, model: str) -> EvalgateSimPlan:
         prompt = body["messages"] if kind == "chat" else body["prompt"]

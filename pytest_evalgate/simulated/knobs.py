@@ -24,7 +24,7 @@ from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
 _UNIT_KNOBS = frozenset(
-    {"accuracy", "fail_rate", "jitter", "output_jitter"}
+    {"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"}
     | {"position_bias", "verbosity_bias", "unparseable_rate"}  # the simulated judge's
 )
 _CATEGORY_PREFIX = "accuracy."
@@ -52,6 +52,9 @@ class EvalgateSimConfig:
     fail_rate: float = 0.0
     hang_first: int = 0
     hang_s: float = EVALGATE_SIM_HANG_LIMIT_S
+    canary: str | None = None  # text appended to an answer with probability canary_rate
+    canary_rate: float = 0.0
+    service_slots: int = 0  # server-side concurrency limit (0: none); the rest queue
     # judge=1 makes the endpoint a simulated judge (simulated/judge_style.py): accuracy is then
     # its accuracy against the hidden truth, and these are its biases.
     judge: bool = False
@@ -92,6 +95,8 @@ def _sim_parse_bool(text: str) -> bool:
 def _sim_parse_value(kind: str, text: str) -> Any:
     if kind == "bool":
         return _sim_parse_bool(text)
+    if kind.startswith("str"):
+        return text
     number: float = int(text) if kind.startswith("int") else float(text)
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"expected a finite number >= 0, got {text!r}")
@@ -159,6 +164,12 @@ def evalgate_sim_config_url(config: EvalgateSimConfig) -> str:
     for name in _sim_knob_types():
         value = getattr(config, name)
         if value != getattr(default, name):
-            pairs.append((name, str(int(value)) if isinstance(value, bool) else repr(value)))
+            pairs.append((name, _sim_knob_text(value)))
     pairs += [(f"accuracy.{name}", repr(value)) for name, value in config.accuracy_by_category]
     return "simulated://?" + urlencode(pairs)
+
+
+def _sim_knob_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    return value if isinstance(value, str) else repr(value)

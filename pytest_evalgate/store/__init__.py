@@ -10,6 +10,8 @@ One job per module:
 - ``records``: the record of SPEC section 5 (``EvalgateRecord`` and its parts), the identity
   (``EvalgateIdentity``), the record builder, seal and checksum;
 - ``backend``: the ``EvalgateStoreBackend`` seam and the local folder backend;
+- ``s3``: the S3 backend (``s3://bucket/prefix``, conditional puts; boto3 loaded only when used);
+- ``location``: a ``--evalgate-store`` value -> its backend (``evalgate_open_store``);
 - ``writer``: the segment writer (one per process, atomic segments, nothing replaced);
 - ``reader``: verified reading, problems, the incremental follower;
 - ``generations``: the folder layout and store generations (``--evalgate-fresh``).
@@ -31,6 +33,7 @@ from pytest_evalgate.store.generations import (
     evalgate_generations,
     evalgate_use_generation,
 )
+from pytest_evalgate.store.location import evalgate_open_store
 from pytest_evalgate.store.reader import (
     EvalgateExpectation,
     EvalgateStoreFollower,
@@ -56,6 +59,7 @@ from pytest_evalgate.store.records import (
     evalgate_record,
     evalgate_seal,
 )
+from pytest_evalgate.store.s3 import EvalgateS3Store, evalgate_is_s3
 from pytest_evalgate.store.writer import (
     EvalgateSegment,
     EvalgateSegmentWriter,
@@ -75,6 +79,7 @@ __all__ = [
     "EvalgateOutcome",
     "EvalgateRecord",
     "EvalgateRecordError",
+    "EvalgateS3Store",
     "EvalgateSegment",
     "EvalgateSegmentWriter",
     "EvalgateStandIn",
@@ -88,7 +93,9 @@ __all__ = [
     "evalgate_checksum_ok",
     "evalgate_generation_prefix",
     "evalgate_generations",
+    "evalgate_is_s3",
     "evalgate_not_requested",
+    "evalgate_open_store",
     "evalgate_read_candidate",
     "evalgate_read_generation",
     "evalgate_record",

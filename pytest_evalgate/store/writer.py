@@ -19,6 +19,8 @@ from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateStoreError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 
+_PUBLISH_TRIES = 16
+
 
 class EvalgateSegment(NamedTuple):
     """A taken, not yet written segment: where it goes, its bytes, how many records it holds."""
@@ -101,8 +103,23 @@ class EvalgateSegmentWriter:
     def evalgate_write(self, segments: list[EvalgateSegment]) -> None:
         """Make taken segments visible atomically, one by one; counts them in ``committed``."""
         for relpath, data, records in segments:
+            self._publish(relpath, data)
+            self.committed += records
+
+    def _publish(self, relpath: str, data: bytes) -> None:
+        # A taken name (another writer won the race for it) is not an error: the records go
+        # under this writer's next sequence number instead; what was published stays as it is.
+        for _ in range(_PUBLISH_TRIES):
             try:
                 self.backend.evalgate_write_atomic(relpath, data)
+                return
+            except FileExistsError:
+                relpath = self._renamed(relpath)
             except OSError as exc:
                 raise EvalgateStoreError(f"{relpath}: cannot commit segment: {exc}") from exc
-            self.committed += records
+        raise EvalgateStoreError(f"{relpath}: cannot commit segment: every name was taken")
+
+    def _renamed(self, relpath: str) -> str:
+        self._seq += 1
+        folder = relpath.rsplit("/", 1)[0]
+        return f"{folder}/seg-{self.writer}-{self._seq:06d}.jsonl"

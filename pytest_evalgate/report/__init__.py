@@ -1,0 +1,46 @@
+"""Reports people read, made of the decision record (SPEC section 16).
+
+- ``record``: the decision record itself (``decision.json``).
+- ``summary``: the terminal lines.
+- ``facts``: what every format says (verdict reason, slice and rule rows, signature);
+  ``changes``: candidate against baseline pins, and the definition against the last decision.
+- ``markdown``: ``report.md``; ``html`` and ``style``: ``report.html``; ``forest``:
+  ``forest.png`` and the inline SVG figures; ``write``: the files of a report folder and the
+  step summary; ``history``: decisions kept in the store.
+
+No report holds a case's input, target or output unless the context carries case text
+(``--evalgate-report-text``).
+"""
+
+from __future__ import annotations
+
+from pytest_evalgate.report.facts import (
+    EvalgateReportContext,
+    EvalgateSignatureStatus,
+    evalgate_verdict_reason,
+)
+from pytest_evalgate.report.history import evalgate_keep_decision, evalgate_last_decision
+from pytest_evalgate.report.html import evalgate_html
+from pytest_evalgate.report.markdown import evalgate_markdown
+from pytest_evalgate.report.record import evalgate_decision
+from pytest_evalgate.report.summary import evalgate_summary_lines
+from pytest_evalgate.report.write import (
+    EVALGATE_ENVELOPE_NAME,
+    evalgate_append_step_summary,
+    evalgate_write_report,
+)
+
+__all__ = [
+    "EVALGATE_ENVELOPE_NAME",
+    "EvalgateReportContext",
+    "EvalgateSignatureStatus",
+    "evalgate_append_step_summary",
+    "evalgate_decision",
+    "evalgate_html",
+    "evalgate_keep_decision",
+    "evalgate_last_decision",
+    "evalgate_markdown",
+    "evalgate_summary_lines",
+    "evalgate_verdict_reason",
+    "evalgate_write_report",
+]

@@ -1,0 +1,167 @@
+"""The decision record (``decision.json``): what every report is made of.
+
+Builtins only (SPEC section 7): verdict, suite, definition digest and its parts, policy version
+and digest, candidate and baseline keys with pins, counts, per-slice rates with denominators and
+paired case counts, every rule with its numbers, perf figures with a quantile summary of each
+latency distribution, flipped case ids, evalgate version and time. ``attestable`` is true only
+for ``pass``/``fail`` verdicts over the whole suite.
+
+No case input, target or output enters the record: it is signed, copied into the store and
+published beside the reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from pytest_evalgate import __version__
+from pytest_evalgate.aggregate import EvalgateAggregate
+from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.gate import EvalgateGateResult, EvalgatePolicy, evalgate_policy_digest
+from pytest_evalgate.manifest import EvalgateCandidate, EvalgateManifest
+from pytest_evalgate.stats import evalgate_percentile
+
+# Flipped case ids kept in the record (ids only; the terminal shows the first 20).
+EVALGATE_FLIPS_KEPT = 1000
+_PROBLEMS_KEPT = 100
+# Order statistics kept per latency distribution (samples stay in the store); "p0" is the
+# minimum and "p100" the maximum. Inverted-CDF percentiles, like the perf gate's.
+EVALGATE_QUANTILES = (0, 5, 25, 50, 75, 95, 99, 100)
+# A definition part (a list as its canonical JSON) longer than this is recorded by its sha256:
+# the record names what changed without carrying prompt text.
+_PART_TEXT_MAX = 64
+
+
+def evalgate_decision(
+    manifest: EvalgateManifest,
+    policy: EvalgatePolicy,
+    aggregate: EvalgateAggregate,
+    gate: EvalgateGateResult | None,
+    verdict: str,
+) -> dict[str, Any]:
+    """Assemble the decision record of one suite."""
+    return {
+        "verdict": verdict,
+        "attestable": verdict in ("pass", "fail") and not aggregate.partial,
+        "suite": manifest.suite,
+        "definition_digest": manifest.definition_digest,
+        "definition_parts": evalgate_definition_parts(manifest.definition),
+        "dataset": {"revision": manifest.dataset_revision, "sha256": manifest.dataset_sha256},
+        "policy": {"version": policy.version, "digest": evalgate_policy_digest(policy)},
+        "candidate": _side(manifest.candidates.get(policy.candidate)),
+        "baseline": _side(manifest.candidates.get(policy.baseline or "")),
+        "counts": _counts(aggregate),
+        "rates": _rates(aggregate),
+        "slices": _slices(aggregate),
+        "rules": [] if gate is None else [rule.to_dict() for rule in gate.rules],
+        "perf": _perf(aggregate),
+        "flipped": {
+            "count": len(aggregate.flipped),
+            "cases": aggregate.flipped[:EVALGATE_FLIPS_KEPT],
+        },
+        "canary_hits": aggregate.canary_hits,
+        "partial": aggregate.partial,
+        "evalgate_version": __version__,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def evalgate_definition_parts(definition: Mapping[str, Any]) -> dict[str, Any]:
+    """The definition flattened to ``{"prompt.revision": ..., "generation.seed": ...}``.
+
+    Scalars are kept; a string longer than 64 characters (a system prompt, a template) becomes
+    ``sha256:<hex>`` of it, so two records show *that* it changed, not what it says.
+    """
+    flat: dict[str, Any] = {}
+    _flatten(definition, "", flat)
+    return flat
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping):
+        for key in sorted(value):
+            _flatten(value[key], f"{prefix}{key}.", out)
+        if not value and prefix:
+            out[prefix[:-1]] = {}
+        return
+    out[prefix[:-1]] = _part_value(value)
+
+
+def _part_value(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        value = evalgate_canonical_json(list(value)).decode()
+    if isinstance(value, str) and len(value) > _PART_TEXT_MAX:
+        return f"sha256:{evalgate_sha256_hex(value)}"
+    return value
+
+
+def _side(candidate: EvalgateCandidate | None) -> dict[str, Any] | None:
+    if candidate is None:
+        return None
+    return {
+        "name": candidate.name,
+        "key": candidate.key,
+        "model": candidate.model,
+        "pins": dict(candidate.pins),
+    }
+
+
+def _counts(aggregate: EvalgateAggregate) -> dict[str, Any]:
+    return {
+        "expected": aggregate.expected,
+        "completed": aggregate.completed,
+        "missing": aggregate.missing,
+        "errors": dict(sorted(aggregate.errors.items())),
+        "duplicates_collapsed": aggregate.duplicates,
+        "problems": [str(problem) for problem in aggregate.problems[:_PROBLEMS_KEPT]],
+        "problem_count": len(aggregate.problems),
+    }
+
+
+def _rates(aggregate: EvalgateAggregate) -> dict[str, Any]:
+    return {
+        name: {
+            slice_name: {"passed": rate.passed, "scored": rate.scored, "rate": rate.rate}
+            for slice_name, rate in slices.items()
+        }
+        for name, slices in aggregate.rates.items()
+    }
+
+
+def _slices(aggregate: EvalgateAggregate) -> dict[str, dict[str, int]]:
+    """Paired cases and clusters per slice ("all" and every category present)."""
+    data = aggregate.gate_input
+    if data is None:
+        return {}
+    categories = np.asarray(data.categories, dtype=str)
+    clusters = np.asarray(data.clusters, dtype=str)
+    out = {"all": _slice_counts(clusters)}
+    for name in sorted(set(categories.tolist())):
+        out[name] = _slice_counts(clusters[categories == name])
+    return out
+
+
+def _slice_counts(clusters: np.ndarray[Any, Any]) -> dict[str, int]:
+    return {"n_cases": int(clusters.size), "n_clusters": len(set(clusters.tolist()))}
+
+
+def _perf(aggregate: EvalgateAggregate) -> dict[str, Any]:
+    data = aggregate.gate_input
+    if data is None:
+        return {}
+    figures: dict[str, Any] = {}
+    for metric, (cand, base) in data.perf.items():
+        figures[metric] = {"candidate": _percentiles(cand), "baseline": _percentiles(base)}
+    return figures
+
+
+def _percentiles(values: np.ndarray[Any, Any]) -> dict[str, Any]:
+    if values.size == 0:
+        return {"n": 0, "p50": None, "p95": None, "quantiles": None}
+    p50, p95 = np.percentile(values, [50, 95], method="inverted_cdf")
+    quantiles = {f"p{q}": evalgate_percentile(values, q) for q in EVALGATE_QUANTILES}
+    return {"n": int(values.size), "p50": float(p50), "p95": float(p95), "quantiles": quantiles}

@@ -1,0 +1,92 @@
+"""The resume journal: answered responses kept in the store before they are scored.
+
+The runner's child appends every answered call outcome (the raw completion, its timings and
+usage) to its own journal as it arrives, before the pytest process scores it; a rerun replays
+journaled outcomes (rescoring, sealing, committing) instead of requesting those identities again.
+So a SIGKILL costs at most the requests that were in flight.
+
+Layout, inside a store generation (so ``--evalgate-fresh`` starts with an empty journal)::
+
+    <generation>/journal/<shard_dir>/<writer>-<seq>.journal
+
+Each object is published once (the backend's no-replace write: a rename, or a conditional put),
+one canonical JSON line per answered identity: ``{"identity": <header>, "outcome": {...}}``,
+``<header>`` being the request's ``revision/candidate/case/rN``. The names do not end in
+``.jsonl``, so no segment reader ever takes a journal for records.
+
+The journal is never a second source of truth: a committed record wins (the pytest process
+journals nothing for committed identities and replays only uncommitted ones), a replayed line is
+committed as a record and so consumed once, errors are never journaled (they are requested
+again), and an unreadable or malformed line is skipped (that identity is simply requested).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.store.backend import EvalgateStoreBackend
+from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
+
+EVALGATE_JOURNAL_DIR = "journal"
+EVALGATE_JOURNAL_SUFFIX = ".journal"
+
+
+def evalgate_journal_folder(generation_prefix: str, shard_dir: str) -> str:
+    """Where one shard's journals live inside a generation folder."""
+    return f"{generation_prefix}/{EVALGATE_JOURNAL_DIR}/{shard_dir}"
+
+
+def evalgate_journal_name(folder: str, writer: str, seq: int) -> str:
+    """The ``seq``-th journal object of ``writer`` in ``folder``."""
+    return f"{folder}/{writer}-{seq:06d}{EVALGATE_JOURNAL_SUFFIX}"
+
+
+def evalgate_journal_line(identity: str, outcome: Mapping[str, object]) -> bytes:
+    """One journal line: the identity header and the answered outcome."""
+    return evalgate_canonical_json({"identity": identity, "outcome": dict(outcome)}) + b"\n"
+
+
+def evalgate_read_journal(
+    backend: EvalgateStoreBackend, generation_prefix: str
+) -> dict[str, EvalgateOutcome]:
+    """identity header -> answered outcome, from every journal of a generation (the first line
+    of an identity wins; malformed lines and unreadable objects are skipped)."""
+    found: dict[str, EvalgateOutcome] = {}
+    base = f"{generation_prefix}/{EVALGATE_JOURNAL_DIR}"
+    for shard_dir in backend.evalgate_children(base):
+        folder = f"{base}/{shard_dir}"
+        for name in backend.evalgate_children(folder):
+            if name.endswith(EVALGATE_JOURNAL_SUFFIX):
+                _take(found, _read(backend, f"{folder}/{name}"))
+    return found
+
+
+def _read(backend: EvalgateStoreBackend, relpath: str) -> bytes:
+    try:
+        return backend.evalgate_read(relpath)
+    except OSError:
+        return b""  # gone or unreadable: its identities are requested again
+
+
+def _take(found: dict[str, EvalgateOutcome], data: bytes) -> None:
+    for line in data.split(b"\n"):
+        entry = _parse(line)
+        if entry is not None:
+            found.setdefault(entry[0], entry[1])
+
+
+def _parse(line: bytes) -> tuple[str, EvalgateOutcome] | None:
+    try:
+        entry = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None  # an empty or cut line
+    if not isinstance(entry, dict) or not isinstance(entry.get("identity"), str):
+        return None
+    outcome = entry.get("outcome")
+    if not isinstance(outcome, dict) or outcome.keys() != EVALGATE_OUTCOME_FIELDS:
+        return None
+    if outcome["error"] is not None or not isinstance(outcome["output"], str):
+        return None  # only answers are journaled; anything else is requested again
+    return entry["identity"], outcome  # type: ignore[return-value]

@@ -1,0 +1,57 @@
+"""Checkpoint tiers (SPEC section 12): small, stable subsets of a suite, named in the manifest.
+
+``tiers: {checkpoint: {fraction: 0.1, seed: 0, policy: gate-checkpoint.yaml}}``. A case belongs
+to a tier when ``evalgate_tier_draw(seed, case id) < fraction``: the draw depends on nothing but
+the seed and the case's own id, so adding cases never moves an existing case in or out. A tier
+run is a full verdict for the tier, recorded in the decision, and never attestable: it cannot
+authorise a release that needs the whole suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_evalgate.errors import EvalgateConfigError
+
+
+def evalgate_tier_draw(seed: int, case_id: str) -> float:
+    """Uniform in [0, 1): the first 8 bytes of sha256 of ``"<seed>\\x1f<case id>"`` / 2**64."""
+    digest = hashlib.sha256(f"{seed}\x1f{case_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def evalgate_tier_spec(tiers: Mapping[str, Any], name: str, source: str) -> Mapping[str, Any]:
+    """The tier ``name`` of a manifest's ``tiers``; an unknown name raises
+    ``EvalgateConfigError(source, "tiers", ...)`` listing the known ones."""
+    if name not in tiers:
+        known = ", ".join(sorted(tiers)) or "none"
+        raise EvalgateConfigError(source, "tiers", f"no tier {name!r} (tiers: {known})")
+    spec: Mapping[str, Any] = tiers[name]
+    return spec
+
+
+def evalgate_tier_member(spec: Mapping[str, Any], case_id: str) -> bool:
+    """Whether ``case_id`` belongs to the tier ``spec`` (``fraction``, ``seed``)."""
+    return evalgate_tier_draw(int(spec.get("seed", 0)), case_id) < float(spec["fraction"])
+
+
+def evalgate_tier_policy(spec: Mapping[str, Any], suite_dir: str) -> str | None:
+    """The tier's own policy file (relative to the suite folder), or None."""
+    policy = spec.get("policy")
+    return None if policy is None else os.path.join(suite_dir, str(policy))
+
+
+def evalgate_tier_record(name: str, spec: Mapping[str, Any], cases: int, of: int) -> dict[str, Any]:
+    """The decision's ``tier`` member: which tier, its definition, and how many cases it holds."""
+    return {
+        "name": name,
+        "fraction": float(spec["fraction"]),
+        "seed": int(spec.get("seed", 0)),
+        "cases": cases,
+        "suite_cases": of,
+        "authorises_release": False,
+        "note": "a tier verdict is not a full-suite verdict and is never signed as one",
+    }

@@ -1,0 +1,202 @@
+"""The resume journal (issue 15): answered responses are in the store before they are scored, so
+a rerun after a SIGKILL replays them instead of requesting them again.
+
+End to end, on the folder store and on S3 (SeaweedFS): a run at concurrency 16 is SIGKILLed
+at about 40 % of its requests; the rerun re-sends at most 16 identities that the endpoint had
+already been asked for (the simulator's request log), and no identity is stored twice. Without
+the journal the rerun would re-send the whole uncommitted tail (about a commit window of
+answers: well over 16 at this rate), so the bound fails if the journal does not work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from suitekit import make_cases, write_suite
+
+from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.store import (
+    EvalgateLocalStore,
+    EvalgateS3Store,
+    EvalgateStoreBackend,
+    evalgate_read_generation,
+)
+from pytest_evalgate.store.journal import (
+    evalgate_journal_folder,
+    evalgate_journal_line,
+    evalgate_journal_name,
+    evalgate_read_journal,
+)
+
+CONCURRENCY = 16
+LATENCY_MS = 100
+RUN_TIMEOUT_S = 120.0
+OUTCOME: dict[str, object] = {
+    "output": "42",
+    "finish_reason": "stop",
+    "attempts": 1,
+    "error": None,
+    "timing": {"queued_s": 0.0, "ttft_s": 0.01, "tpot_s": None, "e2e_s": 0.02, "itl_p95_s": None},
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    "started_at": "2026-01-01T00:00:00+00:00",
+    "finished_at": "2026-01-01T00:00:01+00:00",
+}
+
+
+# -- the journal's format -------------------------------------------------------------------
+
+
+def test_journal_lines_are_read_back_first_wins_and_bad_lines_skipped(tmp_path: Path) -> None:
+    store = EvalgateLocalStore(str(tmp_path))
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    errored = dict(OUTCOME, output=None, error={"category": "timeout", "status": None,
+                                                "message": "x"})  # fmt: skip
+    data = b"".join(
+        [
+            evalgate_journal_line("rev/c/a/r0", OUTCOME),
+            evalgate_journal_line("rev/c/a/r0", dict(OUTCOME, output="other")),  # later: ignored
+            evalgate_journal_line("rev/c/b/r0", errored),  # errors are never replayed
+            b'{"identity": "rev/c/c/r0", "outcome": {"output": "cut',  # a torn line
+            evalgate_canonical_json({"identity": "rev/c/d/r0", "outcome": {"output": "x"}}),
+            b"\n",
+        ]
+    )
+    store.evalgate_write_atomic(evalgate_journal_name(folder, "w", 1), data)
+    store.evalgate_write_atomic(
+        evalgate_journal_name(folder, "w", 2), evalgate_journal_line("rev/c/e/r0", OUTCOME)
+    )
+    found = evalgate_read_journal(store, "s/d/k/gen-1")
+    assert sorted(found) == ["rev/c/a/r0", "rev/c/e/r0"]
+    assert found["rev/c/a/r0"]["output"] == "42"
+    assert evalgate_read_journal(store, "s/d/k/gen-2") == {}
+
+
+def test_journals_are_never_read_as_segments(tmp_path: Path) -> None:
+    from test_store import EXPECT, PREFIX
+
+    store = EvalgateLocalStore(str(tmp_path))
+    folder = evalgate_journal_folder(PREFIX, "shard-0-of-1")
+    store.evalgate_write_atomic(
+        evalgate_journal_name(folder, "w", 1), evalgate_journal_line("x", OUTCOME)
+    )
+    assert store.evalgate_list(PREFIX) == []
+    view = evalgate_read_generation(store, PREFIX, EXPECT)
+    assert (view.segments, view.problems) == (0, [])
+
+
+# -- SIGKILL at ~40 %, concurrency 16 ---------------------------------------------------------
+
+
+class JournalRig:
+    """A 320-identity suite against one logging simulator, and a store (folder or S3)."""
+
+    def __init__(
+        self, root: Path, location: str, backend: EvalgateStoreBackend, env: dict[str, str]
+    ) -> None:
+        self.root = root
+        self.location = location
+        self.backend = backend
+        self.env = env
+        self.log = root / "requests.jsonl"
+
+    def suite(self, url: str) -> EvalgateManifest:
+        path = write_suite(
+            self.root / "suite",
+            {"candidate": url, "baseline": url},
+            cases=make_cases(["alpha", "beta"], 80),
+            budget={"max_concurrency": CONCURRENCY, "max_attempts": 3, "timeout_s": 10},
+        )
+        return evalgate_load_manifest(str(path))
+
+    def start(self) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", "-q"]
+        argv += ["-p", "no:cacheprovider", f"--evalgate-store={self.location}"]
+        with open(self.root / "run.out", "ab") as out:
+            return subprocess.Popen(
+                argv, cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def requests(self) -> list[str]:
+        if not self.log.exists():
+            return []
+        rows = [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return [row["identity"] for row in rows if row.get("identity")]
+
+    def committed(self) -> Counter[str]:
+        seen: Counter[str] = Counter()
+        for relpath in self.backend.evalgate_list(""):
+            for line in self.backend.evalgate_read(relpath).splitlines():
+                identity = json.loads(line)["identity"]
+                seen[
+                    f"{identity['dataset_revision']}/{identity['candidate']}/"
+                    f"{identity['case_id']}/r{identity['repetition']}"
+                ] += 1
+        return seen
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    steering = ("PYTEST_EVALGATE_", "PYTEST_ADDOPTS", "AWS_")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(steering)}, **extra}
+
+
+@pytest.fixture(params=["folder", "s3"])
+def journal_rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JournalRig]:
+    if request.param == "folder":
+        location = str(tmp_path / "store")
+        yield JournalRig(tmp_path, location, EvalgateLocalStore(location), _env({}))
+        return
+    seaweed = request.getfixturevalue("seaweed")
+    location = seaweed.new_store()
+    backend = EvalgateS3Store(location, client=seaweed.client())
+    yield JournalRig(tmp_path, location, backend, _env(seaweed.env()))
+
+
+def _wait_for_requests(rig: JournalRig, count: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while len(rig.requests()) < count:
+        assert process.poll() is None, (rig.root / "run.out").read_text()[-3000:]
+        assert time.monotonic() < deadline, "the run did not get to 40 %"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_a_kill_costs_at_most_the_requests_in_flight(journal_rig: JournalRig) -> None:
+    rig = journal_rig
+    config = EvalgateSimConfig(accuracy=0.9, latency_ms=LATENCY_MS, seed=5)
+    with EvalgateSimServer(config, request_log=rig.log) as server:
+        manifest = rig.suite(server.base_url)
+        expected = 2 * len(manifest.cases)
+        first = rig.start()
+        try:
+            _wait_for_requests(rig, int(0.4 * expected), first)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # pytest and its runner child, as a dying pod
+            first.wait(RUN_TIMEOUT_S)
+        time.sleep(0.3)  # let requests already on the wire reach the log
+        asked_before = rig.requests()
+        committed_before = set(rig.committed())
+        rerun = rig.start()
+        assert rerun.wait(RUN_TIMEOUT_S) in (0, 1), (rig.root / "run.out").read_text()[-3000:]
+        asked_again = rig.requests()[len(asked_before) :]
+    resent = set(asked_again) & set(asked_before)
+    asked = len(set(asked_before))
+    print(f"\nasked={asked} committed={len(committed_before)} resent={len(resent)}")
+    assert 0.3 * expected < len(set(asked_before)) < 0.7 * expected, "not killed near 40 %"
+    # the journal must have mattered: answers beyond the in-flight bound were not committed yet
+    assert len(set(asked_before) - committed_before) > CONCURRENCY
+    assert len(resent) <= CONCURRENCY, sorted(resent)
+    assert max(Counter(asked_again).values()) == 1
+    final = rig.committed()
+    assert len(final) == expected and set(final.values()) == {1}, "an identity stored twice"
