@@ -211,14 +211,13 @@ def test_position_bias_is_inconsistency_and_the_swap_removes_it(tmp_path: Path) 
         judge_url="simulated://?judge=1&accuracy=0.9&position_bias=0.3&seed=5",
     )  # fmt: skip
     report = tmp_path / "report"
-    assert run_pytest(path.parent, store, log, f"--evalgate-report={report}").returncode == 0
+    done = run_pytest(path.parent, store, log, f"--evalgate-report={report}")
+    assert done.returncode == 0, done.stdout
     made = decision(report)
     rule = made["rules"][0]
     assert rule["lo"] < 0.0 < rule["hi"]  # both orders: the net win rate's interval covers 0
-    assert (
-        "position inconsistency (pairs judged both ways): all "
-        in (report / "report.md").read_text()
-    )
+    assert "position inconsistency (pairs judged both ways): all " in done.stdout
+    assert "| `inconsistency.all.rate` |" in (report / "report.md").read_text()
     rate = made["judge"]["inconsistency"]["all"]["rate"]
     assert made["judge"]["inconsistency"]["all"]["pairs"] == 300
     assert abs(rate - 0.3) < 4 * (0.3 * 0.7 / 300) ** 0.5  # within Monte Carlo error
