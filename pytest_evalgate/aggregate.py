@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from pytest_evalgate.aggregate_code import evalgate_case_scores, evalgate_sandbox_summary
 from pytest_evalgate.contamination import evalgate_canary_identities
+from pytest_evalgate.judged import evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.store import (
     EvalgateExpectation,
@@ -66,6 +67,7 @@ class EvalgateGateInput:
         default_factory=dict
     )
     error_rates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    judge: Any = None  # judged suites: judged.EvalgateJudgeFacts (the judge rules' input)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def evalgate_aggregate(
     ``pair`` is (candidate name, baseline name) for the paired gate input, or None.
     """
     views = {name: _read(backend, manifest, name) for name in selection.candidates}
+    views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only
     expected = _expected(manifest, selection)
     results, errors, missing = _classify(expected, views)
     problems = [problem for view in views.values() for problem in view.problems]

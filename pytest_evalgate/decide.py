@@ -39,6 +39,7 @@ from pytest_evalgate.gate import (
     evalgate_verdict,
 )
 from pytest_evalgate.gate_single import evalgate_single_view
+from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.report import (
@@ -107,6 +108,8 @@ def evalgate_decide(
     tier_record = None if tier is None else _tier(manifest, selection, aggregate, tier)
     if perf is not None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
+    judge = evalgate_judge_facts(backend, manifest, selection.case_ids, pair, seed=policy.seed)
+    aggregate.gate_input = evalgate_with_facts(aggregate.gate_input, judge)
     gate = _evaluate(manifest, policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
@@ -118,10 +121,14 @@ def evalgate_decide(
         decision.update(tier=tier_record, attestable=False)
     evalgate_code_decision(decision, aggregate.sandbox)  # scorer: code only
     decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
+    if judge is not None:
+        decision["judge"] = judge.evalgate_json()  # which judge decided (SPEC section 10)
     publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
     written, notes = publish.run(decision)
     if aggregate.canary_identities:
         notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
+    if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
+        notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 

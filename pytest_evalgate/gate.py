@@ -31,6 +31,7 @@ import pydantic
 from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.gate_judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
 from pytest_evalgate.gate_single import (
     EvalgateMaxRateSpec,
     EvalgateMinRateSpec,
@@ -51,6 +52,8 @@ _THRESHOLD_KEYS = {
     "floor": "max_rate",
     "perf_ratio": "max_ratio",
     "max_delta": "max_delta",
+    "pairwise": "margin",
+    "judge_agreement": "min_kappa",
     "min_rate": "min",
     "max_rate": "max",
 }
@@ -166,6 +169,20 @@ class _MaxDelta(pydantic.BaseModel):
     max_delta: _Unit
 
 
+class _Pairwise(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["pairwise"]
+    slice: str
+    margin: _Unit
+
+
+class _JudgeAgreement(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["judge_agreement"]
+    metric: Literal["kappa"] = "kappa"
+    min_kappa: Annotated[float, pydantic.Field(ge=-1.0, le=1.0)]
+
+
 _AnyRule = Annotated[
     _NonInferior
     | _MustImprove
@@ -173,6 +190,8 @@ _AnyRule = Annotated[
     | _Floor
     | _PerfRatio
     | _MaxDelta
+    | _Pairwise
+    | _JudgeAgreement
     | EvalgateMinRateSpec
     | EvalgateMaxRateSpec,
     pydantic.Field(discriminator="rule"),
@@ -464,6 +483,8 @@ def _evaluate_one(
         return _floor(item, policy, gate_input)
     if kind == "perf_ratio":
         return _perf(item, policy, gate_input)
+    if kind in EVALGATE_JUDGE_RULES:
+        return _judge(item, policy, gate_input)
     if kind in ("min_rate", "max_rate"):
         return _single(item, policy, gate_input)
     return _max_delta(item, policy, gate_input)
@@ -642,6 +663,21 @@ def _floor_failure(k: int, n: int, result: EvalgateRuleResult, one_sided: float)
 def _slice_mask(gate_input: EvalgateGateInputLike, name: str) -> npt.NDArray[np.bool_]:
     categories = np.asarray(gate_input.categories).astype(str)
     return np.ones(categories.size, bool) if name == "all" else categories == name
+
+
+def _judge(
+    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+) -> EvalgateRuleResult:
+    numbers = evalgate_judge_rule(
+        item.rule.rule,
+        item.target,
+        float(item.rule.threshold or 0.0),
+        getattr(gate_input, "judge", None),
+        confidence=policy.confidence,
+        resamples=policy.resamples,
+        seed=_seed(policy.seed, item.name),
+    )
+    return dataclasses.replace(_base(item), **numbers)
 
 
 def _base(item: _Expanded, **numbers: Any) -> EvalgateRuleResult:

@@ -1,12 +1,13 @@
 """Load and validate a suite's manifest (``evalgate.yaml``) and its dataset.
 
 Everything is refused before any request: unknown or missing keys, wrong types, a dataset whose
-sha256 differs from the pin, duplicate case ids, unreadable rows, a judge that is one of the
-candidates, ``shards < 1``. Each refusal is an ``EvalgateConfigError`` naming the file, the key
-(or line) and the reason.
+sha256 differs from the pin, duplicate case ids, unreadable rows, ``shards < 1``, and the judge
+refusals of SPEC section 10 (``manifest_judge``). Each refusal is an ``EvalgateConfigError``
+naming the file, the key (or line) and the reason.
 
 The **definition digest** covers what changes what a result means (dataset digest and revision,
-prompt, evaluator, judge pins, generation, repetitions, API kind) and nothing about transport
+prompt, evaluator, generation, repetitions, API kind; for a judged suite not the judge, whose key
+is the suite's second digest) and nothing about transport
 (endpoints, budget, shards, timeouts). The **candidate key** is the candidate's name plus a digest
 of its model id and pins.
 """
@@ -25,12 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.judge.spec import EvalgateJudgeConfig
 from pytest_evalgate.manifest_code import (
     EvalgateSandboxBlock,
     evalgate_check_code_keys,
     evalgate_evaluator_definition,
     evalgate_sandbox_definition,
     evalgate_sandbox_settings,
+)
+from pytest_evalgate.manifest_judge import (
+    EvalgateJudged,
+    evalgate_definition_evaluator,
+    evalgate_judged,
 )
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
@@ -108,6 +115,10 @@ class _Evaluator(_Strict):
     language: str | None = None  # scorer: code only (manifest_code.py), like the two below
     extract: str | None = None
     pass_at_k: int | None = None
+    # scorer: judge only (validated by manifest_judge); absent keys stay out of every dump
+    mode: Any = None
+    rubric: Any = None
+    scale: Any = None
 
 
 class _Generation(_Strict):
@@ -140,13 +151,6 @@ class _Budget(_Strict):
     timeout_s: float = Field(default=120.0, gt=0)
 
 
-class _Judge(_Strict):
-    model: str
-    base_url: str
-    revision: str
-    temperature: float = 0.0
-
-
 class _Perf(_Strict):
     prompts: str
     rate: float = Field(gt=0)
@@ -177,7 +181,7 @@ class _Manifest(_Strict):
     generation: _Generation = Field(default_factory=_Generation)
     candidates: dict[str, _Candidate]
     budget: _Budget = Field(default_factory=_Budget)
-    judge: _Judge | None = None
+    judge: EvalgateJudgeConfig | None = None
     perf: _Perf | None = None
     canary: str | None = None
     tiers: dict[str, _Tier] = Field(default_factory=dict)
@@ -242,6 +246,7 @@ class EvalgateManifest:
     cases: tuple[EvalgateCase, ...] = field(repr=False)
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
     sandbox: Mapping[str, Any] | None = None  # scorer: code only, defaults filled in
+    judged: EvalgateJudged | None = field(default=None, repr=False)
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -268,6 +273,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     _check_pin(path, model, actual)
     cases = tuple(_read_cases(dataset_path, model))
     definition = _definition(model, actual)
+    candidates = _candidates(model)
+    judged = evalgate_judged(path, suite_dir, model.evaluator, model.judge, candidates)
     return EvalgateManifest(
         path=path,
         suite_dir=suite_dir,
@@ -281,8 +288,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         api=model.api,
         stream=model.stream,
         generation=model.generation.model_dump(exclude_none=True),
-        evaluator=model.evaluator.model_dump(),
-        candidates=_candidates(model),
+        evaluator=model.evaluator.model_dump(exclude_none=True),
+        candidates=candidates,
         budget=model.budget.model_dump(),
         judge=model.judge.model_dump() if model.judge else None,
         perf=model.perf.model_dump() if model.perf else None,
@@ -292,6 +299,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         cases=cases,
         tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
         sandbox=evalgate_sandbox_settings(model.evaluator.scorer, model.sandbox),
+        judged=judged,
     )
 
 
@@ -337,11 +345,6 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
     for name in model.candidates:
         evalgate_check_name(path, f"candidates.{name}", name)
-    if model.judge is not None:
-        for name, candidate in model.candidates.items():
-            if candidate.model == model.judge.model:
-                reason = f"the judge must not be a model under test (candidate {name!r})"
-                raise EvalgateConfigError(path, "judge.model", reason)
     if model.evaluator.scorer == "judge" and model.judge is None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
     evaluator = model.evaluator.model_dump()
@@ -486,14 +489,15 @@ def _is_message(message: Any) -> bool:
 
 
 def _definition(model: _Manifest, dataset_sha256: str) -> dict[str, Any]:
-    judge = None
-    if model.judge is not None:
-        judge = model.judge.model_dump(exclude={"base_url"})
+    # The judge is not in the generation's definition: a judged suite's second digest is the
+    # judge key (manifest_judge), so a new judge re-judges stored answers, never regenerates.
     return {
         "dataset": {"sha256": dataset_sha256, "revision": model.dataset.revision},
         "prompt": model.prompt.model_dump(),
-        "evaluator": evalgate_evaluator_definition(model.evaluator.model_dump()),
-        "judge": judge,
+        "evaluator": evalgate_definition_evaluator(
+            evalgate_evaluator_definition(model.evaluator.model_dump(exclude_none=True))
+        ),
+        "judge": None,
         "generation": model.generation.model_dump(exclude_none=True),
         "repetitions": model.repetitions,
         "api": model.api,

@@ -30,7 +30,8 @@ Built-in scorers (``EVALGATE_BUILTIN_SCORERS``):
 Besides these, a name registered by a ``pytest_evalgate_scorers`` hook (passed in as ``extra``)
 or ``python:pkg.mod:fn`` (an importable function) may be used. Their results are checked: a
 bool or a real number in [0, 1], anything else is an ``EvalgateConfigError``. ``judge`` is
-reserved for a later issue and refused.
+reserved: a judged suite's answers are graded by the judging stage, and its scorer refuses to
+be called.
 """
 
 from __future__ import annotations
@@ -137,12 +138,17 @@ def evalgate_make_scorer(
     if name in _BUILDERS:
         return _BUILDERS[name](options, source)
     if name in _RESERVED:
-        raise EvalgateConfigError(source, _KEY, "judge scorer is not implemented yet")
+        return _judged_elsewhere
     if name in extra:
         return _checked(name, extra[name], source)
     if name.startswith(_PYTHON_PREFIX):
         return _checked(name, _import_scorer(name, source), source)
     raise EvalgateConfigError(source, _KEY, f"unknown scorer {name!r}; {_valid_names(extra)}")
+
+
+def _judged_elsewhere(output: str, target: str) -> float:
+    """``scorer: judge``: the judging stage grades answers (runner/judging.py), never this."""
+    raise EvalgateConfigError("evalgate.yaml", _KEY, "a judged answer is graded by its judge")
 
 
 def _valid_names(extra: Mapping[str, EvalgateScorer]) -> str:

@@ -36,6 +36,7 @@ from pytest_evalgate.items import (
     evalgate_rule_reports,
     evalgate_testcase_properties,
 )
+from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
 from pytest_evalgate.manifest import (
     EVALGATE_MANIFEST_NAME,
     EvalgateManifest,
@@ -48,6 +49,11 @@ from pytest_evalgate.runner.execution import (
     evalgate_code_scorer,
     evalgate_execution_settings,
     evalgate_prepare_sandbox,
+)
+from pytest_evalgate.runner.judging import (
+    EvalgateJudgeStage,
+    EvalgateJudgeSuite,
+    evalgate_judged_view,
 )
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
@@ -141,6 +147,9 @@ class EvalgatePlugin:
         self.tally = EvalgateTally()
         self.plans: dict[tuple[str, int], dict[str, int] | None] = {}
         self.progress_line: EvalgateProgressLine | None = None
+        self.judging: EvalgateJudgeStage | None = None  # judged suites only (SPEC section 10)
+        self.judge_endpoints: EvalgateJudgeEndpoints | None = None
+        self.run_paths: dict[int, str] = {}
 
     def _topology(self) -> EvalgateTopology:
         text = self.config.getoption("evalgate_shard")
@@ -377,6 +386,7 @@ class EvalgatePlugin:
     def _start(self, items: list[EvalgateItem]) -> None:
         runs = self._suite_runs(items)
         works = self._works(items, runs)
+        self._start_judging(runs)
         if not works:
             return  # every identity is committed: no endpoint is started, nothing is requested
         self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
@@ -395,7 +405,13 @@ class EvalgatePlugin:
         )
         # AIMD changes (logged by the runner's child): shown with --log-cli-level=INFO
         self.runner = EvalgateRunner(
-            mine, writer, limits, concurrency=share, log=_LOG.info, journal_store=self.store_root
+            mine,
+            writer,
+            limits,
+            concurrency=share,
+            log=_LOG.info,
+            journal_store=self.store_root,
+            on_record=self._on_record,
         )
         self.runner.evalgate_start()
         self.progress_line = self._progress_line()
@@ -509,6 +525,7 @@ class EvalgatePlugin:
             if self.runner is not None:
                 self.runner.evalgate_close()
         finally:
+            self._stop_judging()
             if self.pool is not None:
                 self.pool.evalgate_close()
 
@@ -517,12 +534,88 @@ class EvalgatePlugin:
         key = item.evalgate_key
         stored = self.stored.get(key)
         if stored is not None:
-            return stored
+            return self._judged(item, stored)
         if self.aggregate_only or self.runner is None:
             return _missing(key)
         work = self.works[key]
         record = self.runner.evalgate_wait(work)
-        return record
+        return self._judged(item, record)
+
+    # -- judging (SPEC section 10; the stage is runner/judging.py) ---------------------------
+
+    def _start_judging(self, runs: dict[str, EvalgateSuiteRun]) -> None:
+        judged = {path: run for path, run in runs.items() if run.manifest.judged is not None}
+        self.run_paths = {id(run): path for path, run in runs.items()}
+        if not judged:
+            return
+        self.judge_endpoints = EvalgateJudgeEndpoints(self.config.getoption("evalgate_request_log"))
+        writer = EvalgateSegmentWriter(self.backend, self.topology.shard_dir)
+        share, limits = self._judge_limits(next(iter(judged.values())).manifest)
+        self.judging = EvalgateJudgeStage(
+            writer, limits, concurrency=share, need=self._need_answer, pump=self._pump_answers
+        )
+        for path, run in judged.items():
+            endpoint = self.judge_endpoints.evalgate_endpoint(run.manifest)
+            pair = self._judge_pair(path, run.manifest)
+            suite = EvalgateJudgeSuite.evalgate_load(
+                self.backend, run.manifest, endpoint, pair, writer.writer
+            )
+            self.judging.evalgate_add_suite(path, suite)
+            if self.topology.part_index == 0:
+                self.judging.evalgate_golden(path)  # calibration: judged once per run
+        for key, work in self.works.items():
+            if key in self.stored:
+                self.judging.evalgate_answer(self.run_paths[id(work.suite)], self.stored[key])
+
+    def _judge_limits(self, manifest: EvalgateManifest) -> tuple[int, EvalgateLimits]:
+        assert manifest.judged is not None
+        budget = manifest.judged.judge.budget  # the judge's own run-wide budget
+        parts, index = self.topology.parts, self.topology.part_index
+        share = int(evalgate_share(budget["max_concurrency"], parts, index, integer=True))
+        rps = _share_or_none(budget["requests_per_second"], parts, index)
+        tpm = _share_or_none(budget["tokens_per_minute"], parts, index)
+        return share, EvalgateLimits(share, rps, tpm)
+
+    def _judge_pair(self, path: str, manifest: EvalgateManifest) -> tuple[str, str] | None:
+        assert manifest.judged is not None
+        if manifest.judged.mode != "pairwise":
+            return None
+        suite = self.suites[path]
+        if suite is not None and suite.policy is not None:
+            return evalgate_pair(manifest, suite.policy)
+        return ("candidate", "baseline")
+
+    def _on_record(self, work: EvalgateWork, record: EvalgateRecord) -> None:
+        if self.judging is not None:
+            self.judging.evalgate_answer(self.run_paths[id(work.suite)], record)
+
+    def _need_answer(self, identity: EvalgateIdentity) -> bool:
+        work = self.works.get(identity)
+        if work is None or self.runner is None or identity in self.stored:
+            return False
+        self.runner.evalgate_urge(work)
+        return True
+
+    def _pump_answers(self, timeout: float) -> None:
+        if self.runner is not None:
+            self.runner.evalgate_pump(timeout)
+
+    def _judged(self, item: EvalgateItem, record: Mapping[str, Any]) -> Mapping[str, Any]:
+        judging = self.judging
+        if judging is None or not judging.evalgate_judges(item.suite_path):
+            return record
+        if record.get("error") is not None:
+            return record
+        judgments = judging.evalgate_judgments(item.suite_path, item.evalgate_key)
+        return evalgate_judged_view(record, judgments)
+
+    def _stop_judging(self) -> None:
+        try:
+            if self.judging is not None:
+                self.judging.evalgate_close()
+        finally:
+            if self.judge_endpoints is not None:
+                self.judge_endpoints.evalgate_close()
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:

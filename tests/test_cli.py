@@ -273,8 +273,8 @@ def test_an_invalid_signature_is_a_verdict_on_stdout_not_an_error(
 def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     names = [command.name for command in evalgate_commands()]
     assert names == [
-        "pin", "gate", "aggregate", "report", "keygen", "verify", "override", "serve",
-        "shard-plan", "k8s", "registry", "admission", "canary", "canary-scan",
+        "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
+        "override", "serve", "shard-plan", "k8s", "registry", "admission", "canary", "canary-scan",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

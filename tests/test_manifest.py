@@ -68,7 +68,7 @@ def test_shards_below_one(tmp_path: Path) -> None:
 def test_judge_equal_to_a_candidate(tmp_path: Path) -> None:
     judge = {"model": "model-candidate", "base_url": URL, "revision": "j1"}
     error = _refused(_write(tmp_path, judge=judge))
-    assert error.key == "judge.model" and "must not be a model under test" in error.reason
+    assert error.key == "judge.model" and "is the model under test" in error.reason
 
 
 def test_dataset_digest_differs_from_the_pin(tmp_path: Path) -> None:

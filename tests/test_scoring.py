@@ -251,9 +251,12 @@ def test_option_of_another_scorer_is_unknown() -> None:
         make("exact", search=True)
 
 
-def test_judge_is_reserved() -> None:
-    with pytest.raises(EvalgateConfigError, match="judge scorer is not implemented yet"):
-        make("judge")
+def test_judge_is_reserved_for_the_judging_stage() -> None:
+    scorer = make("judge")
+    with pytest.raises(EvalgateConfigError, match="graded by its judge"):
+        scorer("an answer", "a target")
+    with pytest.raises(EvalgateConfigError, match="may not redefine"):
+        make("exact", extra={"judge": lambda o, t: 1.0})
 
 
 def test_extra_may_not_shadow_builtin() -> None:

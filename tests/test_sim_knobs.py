@@ -27,6 +27,7 @@ KNOBS = (
     "fail_500_first", "fail_rate", "hang_first", "hang_s", "canary", "canary_rate",
     "service_slots",
     "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
+    "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
 )  # fmt: skip
 
 

@@ -16,10 +16,13 @@ import pytest_evalgate.simulated as simulated
 PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
 ORDER = (
-    "knobs", "draws", "canary", "answers", "code_style", "styles", "plan", "faults", "responses",
-    "protocol", "slots", "app", "server", "spec", "process", "__main__",
+    "knobs", "draws", "canary", "answers", "code_style", "judge_style", "styles", "plan",
+    "faults", "responses", "protocol", "slots", "app", "server", "spec", "process", "__main__",
 )  # fmt: skip
 HTTP_LAYER = ("responses", "protocol", "app")
+# The simulated judge's decisions are the judge package's pure core (docs/judges.md); only the
+# judge style may use it.
+OUTSIDE = {"judge_style": {"pytest_evalgate.judge.simjudge"}}
 
 
 def tree(module: str) -> ast.Module:
@@ -55,7 +58,11 @@ def test_imports_flow_down_the_order(module: str) -> None:
 def test_outside_the_package_only_canonical_and_errors(module: str) -> None:
     ours = {n for n in imported(module) if n.startswith("pytest_evalgate.")}
     outside = {n for n in ours if not n.startswith("pytest_evalgate.simulated")}
-    assert outside <= {"pytest_evalgate.canonical", "pytest_evalgate.errors"}
+    assert outside <= {
+        "pytest_evalgate.canonical",
+        "pytest_evalgate.errors",
+        *OUTSIDE.get(module, ()),
+    }
     assert not {n.partition(".")[0] for n in imported(module)} & {"pytest", "argparse", "_pytest"}
 
 

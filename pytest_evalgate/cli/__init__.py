@@ -26,6 +26,7 @@ from pytest_evalgate.cli.command import (
     evalgate_verdict_status,
 )
 from pytest_evalgate.cli.contamination import evalgate_contamination_commands
+from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
@@ -52,6 +53,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
     """Every subcommand, in ``evalgate --help`` order."""
     return (
         *evalgate_suite_commands(),
+        *evalgate_judge_commands(),
         *evalgate_attest_commands(),
         *evalgate_serve_commands(),
         *evalgate_shard_plan_commands(),

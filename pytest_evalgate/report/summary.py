@@ -27,11 +27,35 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     lines += [f"INVALID: {problem}" for problem in counts["problems"][:10]]
     lines += _rate_lines(decision["rates"])
     lines += _perf_phase_lines(decision.get("perf_phase"))
+    lines += _judge_lines(decision.get("judge"))  # judged suites only (SPEC section 10)
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
     lines += evalgate_sandbox_lines(decision)  # scorer: code only
     if decision["canary_hits"]:
         lines.append(f"CANARY: {decision['canary_hits']} output(s) contain the canary string")
+    return lines
+
+
+def _judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
+    """Which judge decided, per-slice position inconsistency and agreement (judged suites)."""
+    if not judge:
+        return []
+    lines = [
+        f"judged by {judge['model']} ({judge['revision']}, {judge['mode']}), "
+        f"judge key {str(judge['key'])[:16]}"
+    ]
+    slices = judge.get("inconsistency") or {}
+    if slices:
+        parts = [f"{name} {v['inconsistent']}/{v['pairs']}" for name, v in sorted(slices.items())]
+        lines.append("position inconsistency (pairs judged both ways): " + ", ".join(parts))
+    agreement = judge.get("agreement")
+    if agreement:
+        lo, hi = agreement["interval"]
+        lines.append(
+            f"judge agreement with people: kappa {_num(agreement['kappa'])} "
+            f"[{_num(lo)}, {_num(hi)}], raw {_num(agreement['raw_agreement'])}, "
+            f"n {agreement['n']} ({agreement['weights']})"
+        )
     return lines
 
 

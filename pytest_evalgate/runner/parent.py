@@ -119,8 +119,11 @@ class EvalgateWork:
     repetition: int
     shard: int
 
-    def evalgate_grade(self, output: str) -> tuple[float, bool]:
-        """(score, passed) of ``output`` against the case's target, by the suite's scorer."""
+    def evalgate_grade(self, output: str) -> tuple[float | None, bool | None]:
+        """(score, passed) of ``output`` against the case's target, by the suite's scorer;
+        (None, None) for a judged suite, whose grade is the judgment record's."""
+        if self.suite.manifest.judged is not None:
+            return None, None
         score = float(self.suite.scorer(output, self.case.target))
         return score, evalgate_passed(score, self.suite.threshold)
 
@@ -168,6 +171,7 @@ class EvalgateRunner:
         window: int | None = None,
         log: Callable[[str], None] | None = None,
         journal_store: str | None = None,
+        on_record: Callable[[EvalgateWork, EvalgateRecord], None] | None = None,
     ) -> None:
         self._works = list(works)
         self._journal_store = journal_store  # the resume journal's store (store.journal)
@@ -178,6 +182,7 @@ class EvalgateRunner:
         self._concurrency = max(1, concurrency)
         self._window = window or 4 * self._concurrency + 64
         self._log = log
+        self._on_record = on_record  # the judging stage: a case is judged once answered
         self._next = 0  # the next position in ``_works`` to send
         self._consumed = 0
         self._sent: dict[EvalgateIdentity, int] = {}
@@ -236,6 +241,17 @@ class EvalgateRunner:
             self._fill()
         self._flush()
         return record
+
+    def evalgate_urge(self, work: EvalgateWork) -> None:
+        """Send ``work`` now (or move it to the front) without waiting for it: a pair that the
+        judging stage waits for needs the other side's answer ahead of the item loop."""
+        if work.key not in self._done:
+            self._urge(work)
+
+    def evalgate_pump(self, timeout: float = 0.0) -> None:
+        """Read what the child reported, waiting up to ``timeout`` for it (the judging stage's
+        loop: 0 while its own child has work in flight)."""
+        self._pump(timeout)
 
     def evalgate_stopped_reason(self, work: EvalgateWork) -> str | None:
         """Why ``work``'s candidate was stopped (a fatal endpoint error), or None."""
@@ -440,6 +456,8 @@ class EvalgateRunner:
         self._writer.evalgate_add(work.suite.prefixes[work.candidate], record)
         self._count(error, record["usage"]["completion_tokens"])
         self._done[work.key] = record
+        if self._on_record is not None:
+            self._on_record(work, record)
 
     def _halted(self, message: EvalgateWireHalted) -> None:
         work = self._wire[message.index]

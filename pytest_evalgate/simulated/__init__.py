@@ -11,6 +11,8 @@ One job per module, imports flowing down this list:
 - ``answers``: the answer key (read, write, prompt digest), wrong answers, the answer-key style.
 - ``code_style``: Python answers for ``scorer: code`` suites (``code=1``): right, wrong, looping,
   allocating, forking or escaping code at the knobs' rates; ``code_echo=1`` echoes the prompt.
+- ``judge_style``: the simulated judge (``judge=1``): ``judge.simjudge``'s verdicts, truth from
+  the answer key.
 - ``styles``: the answer seam: :class:`EvalgateSimAsk` in, answer text out; picks the style.
 - ``plan``: tokens, padding, truncation, usage and timings of one answer.
 - ``faults``: which completion request fails, and how.

@@ -23,7 +23,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
-_UNIT_KNOBS = frozenset({"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"})
+_UNIT_KNOBS = frozenset(
+    {"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"}
+    | {"position_bias", "verbosity_bias", "unparseable_rate"}  # the simulated judge's
+)
 _CODE_RATES = ("code_loop", "code_memory", "code_fork", "code_escape")  # code_style.py
 _UNIT_KNOBS |= frozenset(_CODE_RATES)
 _CATEGORY_PREFIX = "accuracy."
@@ -60,6 +63,12 @@ class EvalgateSimConfig:
     code_fork: float = 0.0
     code_escape: float = 0.0
     code_echo: bool = False
+    # judge=1 makes the endpoint a simulated judge (simulated/judge_style.py): accuracy is then
+    # its accuracy against the hidden truth, and these are its biases.
+    judge: bool = False
+    position_bias: float = 0.0
+    verbosity_bias: float = 0.0
+    unparseable_rate: float = 0.0
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""

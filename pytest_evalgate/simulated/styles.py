@@ -27,6 +27,7 @@ from pytest_evalgate.simulated.answers import (
 from pytest_evalgate.simulated.canary import evalgate_sim_canary_answerer
 from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
+from pytest_evalgate.simulated.judge_style import evalgate_sim_judge_answerer
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
 
@@ -73,9 +74,11 @@ def evalgate_sim_key_answerer(
 
 
 def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> EvalgateSimAnswerer:
-    """The answer logic ``config`` selects: the code style (``code_style.py``) under ``code=1``,
-    else the answer-key style, with the canary knobs' leak (``canary.py``) around it when
-    they ask for one."""
+    """The answer logic ``config`` selects: the simulated judge (``judge=1``), the code style
+    (``code_style.py``) under ``code=1``, else the answer-key style, with the canary knobs'
+    leak (``canary.py``) around it when they ask for one."""
+    if config.judge:
+        return evalgate_sim_judge_answerer(config, key)
     if config.code:
         return evalgate_sim_code_answerer(config, key)
     return evalgate_sim_canary_answerer(config, evalgate_sim_key_answerer(config, key))

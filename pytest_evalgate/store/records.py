@@ -184,8 +184,9 @@ class EvalgateStandIn(TypedDict):
     attempts: NotRequired[int]
 
 
-EvalgateGrade = Callable[[str], tuple[float, bool]]
-"""Scores one output: ``grade(output) -> (score, passed)``."""
+EvalgateGrade = Callable[[str], tuple[float | None, bool | None]]
+"""Scores one output: ``grade(output) -> (score, passed)``; (None, None) when another stage
+grades it (a judged suite's answer is graded by its judgment record)."""
 
 
 def evalgate_record(

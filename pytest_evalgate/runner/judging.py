@@ -1,0 +1,601 @@
+"""The judging stage (SPEC section 10): answers in, judgment records out, pipelined per case.
+
+``EvalgateJudgeStage`` lives in the pytest process beside ``EvalgateRunner``. It is fed every
+generation record as it exists (stored ones at the start, fresh ones the moment the runner
+seals them: ``evalgate_answer``) and sends a judge request as soon as a case's answers exist:
+pointwise one per answer; pairwise two per (case, repetition), candidate first and baseline
+first, once both answers of that repetition exist. No barrier: the first case is judged while
+later cases are still being generated.
+
+Judge requests run in a child process of their own (``python -m pytest_evalgate.runner``, the
+same program as generation's), so the judge's budget (``judge.budget``) has its own limiter,
+counted apart from the candidates', with the same retry rules and error taxonomy. The child
+returns the judge's raw text; this process parses it (``judge.parse``), seals the judgment
+record (``store.judgments``) and commits it through its own ``EvalgateCommitter``: atomic
+segments, so a SIGKILL loses only what was in flight and a rerun judges only what is missing.
+
+A stored judgment of the same answers under the same judge key is reused, never requested again;
+an errored one (``judge_<category>``, ``judge_unparseable``) is requested again. A judgment of
+answers that are no longer the stored ones (a regenerated identity) is stale and re-judged. A
+changed judge key is a new folder: every stored answer of every candidate is judged again, and
+the candidates' endpoints see no request at all.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from pytest_evalgate.canonical import evalgate_sha256_hex
+from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.errors import EvalgateError
+from pytest_evalgate.judge.agreement import (
+    EvalgateGoldenPairwise,
+    EvalgateGoldenPointwise,
+    evalgate_load_golden,
+)
+from pytest_evalgate.judge.pairwise import evalgate_pair_outcome
+from pytest_evalgate.judge.parse import (
+    evalgate_parse_pairwise,
+    evalgate_parse_pointwise,
+    evalgate_verdict_json,
+)
+from pytest_evalgate.judge.prompt import (
+    EVALGATE_JUDGE_ORDERS,
+    evalgate_judge_body,
+    evalgate_judge_input_text,
+    evalgate_pairwise_messages,
+    evalgate_pairwise_orders,
+    evalgate_pointwise_messages,
+)
+from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
+from pytest_evalgate.manifest_judge import EvalgateJudged
+from pytest_evalgate.runner.committer import EvalgateCommitter
+from pytest_evalgate.runner.parent import _child_env, _close_quietly
+from pytest_evalgate.runner.wire import (
+    EvalgateLimits,
+    EvalgateToParent,
+    EvalgateWireClose,
+    EvalgateWireEndpoint,
+    EvalgateWireHalted,
+    EvalgateWireLog,
+    EvalgateWireRequest,
+    EvalgateWireResult,
+    EvalgateWireSetup,
+    EvalgateWireUrge,
+    evalgate_decode_for_parent,
+    evalgate_encode,
+)
+from pytest_evalgate.store import EvalgateIdentity, EvalgateSegmentWriter, EvalgateStoreBackend
+from pytest_evalgate.store.judgments import (
+    EVALGATE_GOLDEN_ORDER,
+    EvalgateJudgmentContext,
+    EvalgateJudgmentKey,
+    EvalgateJudgmentView,
+    evalgate_judgment_prefix,
+    evalgate_judgment_record,
+    evalgate_read_judgments,
+)
+
+_POLL_S = 0.02
+_STDERR_TAIL = 2000
+_Answers = Mapping[str, Any]  # a generation record (or a stand-in with an error)
+
+
+@dataclass
+class EvalgateJudgeSuite:
+    """One judged suite of this process: its judge, endpoint, pair and stored judgments."""
+
+    manifest: EvalgateManifest
+    judged: EvalgateJudged
+    endpoint: EvalgateEndpoint | None
+    pair: tuple[str, str] | None
+    context: EvalgateJudgmentContext
+    prefix: str
+    stored: EvalgateJudgmentView = field(default_factory=EvalgateJudgmentView)
+    cases: dict[str, EvalgateCase] = field(default_factory=dict)
+
+    @classmethod
+    def evalgate_load(
+        cls,
+        backend: EvalgateStoreBackend,
+        manifest: EvalgateManifest,
+        endpoint: EvalgateEndpoint | None,
+        pair: tuple[str, str] | None,
+        writer: str,
+    ) -> EvalgateJudgeSuite:
+        """The suite with its stored judgments read (and verified) from ``backend``."""
+        judged = manifest.judged
+        assert judged is not None
+        context = EvalgateJudgmentContext(judged.key, manifest.definition_digest, writer)
+        prefix = evalgate_judgment_prefix(manifest.suite, manifest.definition_digest, judged.key)
+        stored = evalgate_read_judgments(backend, prefix, context)
+        suite = cls(manifest, judged, endpoint, pair, context, prefix, stored)
+        suite.cases = manifest.evalgate_case_index()
+        return suite
+
+
+@dataclass(frozen=True)
+class _JudgeWork:
+    path: str
+    suite: EvalgateJudgeSuite
+    key: EvalgateJudgmentKey
+    answers: list[str]
+    baseline: str | None
+    messages: list[dict[str, str]]
+
+
+@dataclass
+class EvalgateJudgeProgress:
+    """What the stage did: requests sent, reused judgments, results by outcome."""
+
+    sent: int = 0
+    reused: int = 0
+    done: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class EvalgateJudgeStage:
+    """Judges answers as they exist, in a child process of its own, inside ``judge.budget``.
+
+    ``need(identity)`` asks the generation side to hurry an answer a pair waits for (False: it
+    will never come); ``pump(timeout)`` lets the generation side read what its child reported
+    while an item waits here (it may block up to ``timeout`` when no judge request is in
+    flight). All methods are for one thread.
+    """
+
+    def __init__(
+        self,
+        writer: EvalgateSegmentWriter,
+        limits: EvalgateLimits,
+        *,
+        concurrency: int,
+        need: Callable[[EvalgateIdentity], bool] | None = None,
+        pump: Callable[[float], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self._writer = writer
+        self._limits = limits
+        self._concurrency = max(1, concurrency)
+        self._need = need or (lambda identity: False)
+        self._pump_other = pump or (lambda timeout: None)
+        self._log = log
+        self._suites: dict[str, EvalgateJudgeSuite] = {}
+        self._answers: dict[tuple[str, EvalgateIdentity], _Answers] = {}
+        self._judgments: dict[tuple[str, EvalgateJudgmentKey], dict[str, Any]] = {}
+        self._pending: dict[tuple[str, EvalgateJudgmentKey], int] = {}
+        self._wire: list[_JudgeWork] = []
+        self._endpoints: dict[EvalgateEndpoint, int] = {}
+        self._child: _JudgeChild | None = None
+        self._committer = EvalgateCommitter(writer)
+        self._started = False
+        self.progress = EvalgateJudgeProgress()
+
+    # -- feeding ----------------------------------------------------------------------------
+
+    def evalgate_add_suite(self, path: str, suite: EvalgateJudgeSuite) -> None:
+        """Judge the suite at ``path`` (its stored judgments are reused)."""
+        self._suites[path] = suite
+
+    def evalgate_judges(self, path: str) -> bool:
+        """Whether the suite at ``path`` is judged here."""
+        return path in self._suites
+
+    def evalgate_answer(self, path: str, record: _Answers) -> None:
+        """A generation record of the suite at ``path`` exists: judge what it completes."""
+        suite = self._suites.get(path)
+        if suite is None:
+            return
+        identity = EvalgateIdentity.evalgate_from(record["identity"])
+        self._answers[(path, identity)] = record
+        if record.get("error") is not None:
+            return
+        if suite.pair is None:
+            self._pointwise(path, suite, identity, record)
+        else:
+            self._pairwise(path, suite, identity)
+        if self._child is not None:
+            self._child.evalgate_flush()  # judged now, not at the item loop's next wait
+
+    def _pointwise(
+        self, path: str, suite: EvalgateJudgeSuite, identity: EvalgateIdentity, record: _Answers
+    ) -> None:
+        case = suite.cases[identity.case_id]
+        evaluator = suite.judged.evaluator
+        text = evalgate_judge_input_text(case.prompt)
+        messages = evalgate_pointwise_messages(
+            evaluator, text, record["output"] or "", case.target or None
+        )
+        key = EvalgateJudgmentKey(*identity, None)
+        self._submit(_JudgeWork(path, suite, key, [record["checksum"]], None, messages), path)
+
+    def _pairwise(self, path: str, suite: EvalgateJudgeSuite, identity: EvalgateIdentity) -> None:
+        assert suite.pair is not None
+        candidate, baseline = suite.pair
+        if identity.candidate not in suite.pair:
+            return
+        mine = identity._replace(candidate=candidate)
+        theirs = identity._replace(candidate=baseline)
+        first, second = self._answers.get((path, mine)), self._answers.get((path, theirs))
+        if first is None or second is None or first.get("error") or second.get("error"):
+            return
+        case = suite.cases[identity.case_id]
+        text = evalgate_judge_input_text(case.prompt)
+        both = evalgate_pairwise_orders(
+            suite.judged.evaluator, text, first["output"] or "", second["output"] or ""
+        )
+        answers = [first["checksum"], second["checksum"]]
+        for order, messages in zip(EVALGATE_JUDGE_ORDERS, both, strict=True):
+            key = EvalgateJudgmentKey(*mine, order)
+            self._submit(_JudgeWork(path, suite, key, answers, baseline, messages), path)
+
+    def evalgate_golden(self, path: str) -> int:
+        """Judge the suite's golden set with the pinned judge (calibration, SPEC section 10):
+        one request per row not judged before; returns how many rows there are."""
+        suite = self._suites[path]
+        for key, answers, messages in evalgate_golden_requests(suite):
+            self._submit(_JudgeWork(path, suite, key, answers, None, messages), path)
+        if self._child is not None:
+            self._child.evalgate_flush()
+        return len(evalgate_golden_rows(suite))
+
+    def _submit(self, work: _JudgeWork, path: str) -> None:
+        slot = (path, work.key)
+        if slot in self._judgments or slot in self._pending:
+            return
+        stored = work.suite.stored.evalgate_current(work.key, work.answers)
+        if stored is not None and stored["error"] is None:
+            self._judgments[slot] = stored
+            self.progress.reused += 1
+            return
+        self._send(work, slot)
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def _send(self, work: _JudgeWork, slot: tuple[str, EvalgateJudgmentKey]) -> None:
+        endpoint = work.suite.endpoint
+        if endpoint is None:
+            self._judgments[slot] = _stand_in("missing", "aggregate mode sends no judge request")
+            return
+        child = self._ensure_child()
+        index = len(self._wire)
+        self._wire.append(work)
+        self._pending[slot] = index
+        body = evalgate_judge_body(work.suite.judged.judge, work.messages)
+        header = f"judge/{work.key.evalgate_label()}"
+        tokens = sum(len(m["content"]) for m in work.messages) // 4 + 256
+        halt = self._endpoint_index(child, endpoint)
+        child.evalgate_send(EvalgateWireRequest(index, halt, halt, body, header, tokens, False))
+        self.progress.sent += 1
+
+    def _endpoint_index(self, child: _JudgeChild, endpoint: EvalgateEndpoint) -> int:
+        index = self._endpoints.get(endpoint)
+        if index is None:
+            index = self._endpoints[endpoint] = len(self._endpoints)
+            child.evalgate_send(EvalgateWireEndpoint(index, endpoint))
+        return index
+
+    def _ensure_child(self) -> _JudgeChild:
+        if self._child is None:
+            self._child = _JudgeChild(self._concurrency, self._limits)
+            self._committer.start()
+            self._started = True
+        return self._child
+
+    # -- the item loop's side ---------------------------------------------------------------
+
+    def evalgate_judgments(
+        self, path: str, identity: EvalgateIdentity
+    ) -> list[Mapping[str, Any]] | Mapping[str, Any]:
+        """Block until ``identity``'s judgments exist; returns them (pointwise: one; pairwise:
+        the two orders), or a stand-in ``{"error": ...}`` when they cannot exist."""
+        suite = self._suites[path]
+        keys = self._keys(suite, identity)
+        if isinstance(keys, dict):
+            return keys
+        slots = [(path, key) for key in keys]
+        self._urge(slots)
+        while not all(slot in self._judgments for slot in slots):
+            missing = self._missing_answer(path, suite, identity)
+            if missing is not None:
+                return missing
+            self._wait()
+        return [self._judgments[slot] for slot in slots]
+
+    def _keys(
+        self, suite: EvalgateJudgeSuite, identity: EvalgateIdentity
+    ) -> list[EvalgateJudgmentKey] | dict[str, Any]:
+        if suite.pair is None:
+            return [EvalgateJudgmentKey(*identity, None)]
+        candidate = suite.pair[0]
+        if identity.candidate != candidate:
+            return {}  # the baseline's items show its answer; the pair is the candidate's
+        return [EvalgateJudgmentKey(*identity, order) for order in EVALGATE_JUDGE_ORDERS]
+
+    def _missing_answer(
+        self, path: str, suite: EvalgateJudgeSuite, identity: EvalgateIdentity
+    ) -> dict[str, Any] | None:
+        if suite.pair is None:
+            return None
+        other = identity._replace(candidate=suite.pair[1])
+        record = self._answers.get((path, other))
+        if record is None:
+            if self._need(other):
+                return None
+            return _stand_in("judge_no_baseline", f"no answer of the baseline for {other[1]}")
+        error = record.get("error")
+        if error is not None:
+            reason = f"the baseline's answer errored ({error['category']})"
+            return _stand_in("judge_no_baseline", reason)
+        return None
+
+    def _urge(self, slots: list[tuple[str, EvalgateJudgmentKey]]) -> None:
+        child = self._child
+        if child is None:
+            return
+        for slot in slots:
+            index = self._pending.get(slot)
+            if index is not None:
+                child.evalgate_send(EvalgateWireUrge(index))
+        child.evalgate_flush()
+
+    def _wait(self) -> None:
+        child = self._child
+        # Nothing in flight here: only the generation side can bring answers, so wait on it.
+        self._pump_other(_POLL_S if child is None or not self._pending else 0.0)
+        if child is None:
+            return
+        child.evalgate_flush()
+        for message in child.evalgate_pump(_POLL_S):
+            self._receive(message)
+        self._commit_due()
+
+    def _receive(self, message: EvalgateToParent) -> None:
+        if isinstance(message, EvalgateWireResult):
+            self._result(message)
+        elif isinstance(message, EvalgateWireHalted):
+            work = self._wire[message.index]
+            slot = (work.path, work.key)
+            self._pending.pop(slot, None)
+            self._judgments[slot] = _stand_in("judge_not_requested", message.reason)
+        elif isinstance(message, EvalgateWireLog):
+            if self._log is not None:
+                self._log(f"judge: {message.line}")
+        else:
+            raise EvalgateError(f"evalgate judge runner failed: {message.reason}")
+
+    def _result(self, message: EvalgateWireResult) -> None:
+        work = self._wire[message.index]
+        outcome = message.outcome
+        verdict = _verdict(work, outcome)
+        case = work.suite.cases.get(work.key.case_id) or _golden_case(work)
+        facts = {
+            "baseline": work.baseline,
+            "category": case.category,
+            "cluster": case.cluster,
+            "output": outcome["output"],
+            "attempts": outcome["attempts"],
+            "e2e_s": outcome["timing"]["e2e_s"],
+            "started_at": outcome["started_at"],
+            "finished_at": outcome["finished_at"],
+        }
+        record = evalgate_judgment_record(
+            work.suite.context, work.key, work.answers, facts, verdict
+        )
+        self._writer.evalgate_add(work.suite.prefix, record)
+        slot = (work.path, work.key)
+        self._pending.pop(slot, None)
+        self._judgments[slot] = record
+        self._count(record)
+
+    def _count(self, record: Mapping[str, Any]) -> None:
+        self.progress.done += 1
+        error = record["error"]
+        if error is not None:
+            category = str(error["category"])
+            self.progress.errors[category] = self.progress.errors.get(category, 0) + 1
+
+    def _commit_due(self) -> None:
+        if self._started and self._writer.evalgate_due():
+            self._committer.evalgate_put(self._writer.evalgate_take())
+
+    def evalgate_drain(self) -> None:
+        """Wait for every judgment sent so far (the item loop is over, or a CLI is done)."""
+        while self._pending:
+            self._wait()
+
+    def evalgate_close(self) -> None:
+        """Finish what was sent, commit the tail, stop the child."""
+        try:
+            if self._child is not None:
+                self.evalgate_drain()
+        finally:
+            if self._child is not None:
+                self._child.evalgate_close()
+            if self._started:
+                self._committer.evalgate_stop()
+
+
+def evalgate_golden_rows(
+    suite: EvalgateJudgeSuite,
+) -> tuple[EvalgateGoldenPointwise, ...] | tuple[EvalgateGoldenPairwise, ...]:
+    """The suite's golden rows (none without ``judge.golden``)."""
+    path = suite.judged.judge.golden_path
+    if path is None:
+        return ()
+    return evalgate_load_golden(path, suite.judged.evaluator, set(suite.cases))
+
+
+def evalgate_golden_requests(
+    suite: EvalgateJudgeSuite,
+) -> list[tuple[EvalgateJudgmentKey, list[str], list[dict[str, str]]]]:
+    """(key, answers, messages) of each golden row: the key's case id is ``golden:<line>``,
+    its candidate ``golden``, its order ``golden``; ``answers`` is the digest of the row."""
+    revision = suite.manifest.dataset_revision
+    evaluator = suite.judged.evaluator
+    requests = []
+    for row in evalgate_golden_rows(suite):
+        case = suite.cases[row.case_id]
+        text = evalgate_judge_input_text(case.prompt)
+        case_id = f"golden:{row.line}"
+        key = EvalgateJudgmentKey(revision, case_id, "golden", 0, EVALGATE_GOLDEN_ORDER)
+        if isinstance(row, EvalgateGoldenPointwise):
+            messages = evalgate_pointwise_messages(evaluator, text, row.output, case.target or None)
+            body: list[Any] = [row.case_id, row.output, row.label]
+        else:
+            messages = evalgate_pairwise_messages(evaluator, text, row.output_a, row.output_b)
+            body = [row.case_id, row.output_a, row.output_b, row.preferred]
+        requests.append((key, [evalgate_sha256_hex(body)], messages))
+    return requests
+
+
+def _golden_case(work: _JudgeWork) -> EvalgateCase:
+    for key, _answers, _messages in evalgate_golden_requests(work.suite):
+        if key == work.key:
+            line = int(key.case_id.removeprefix("golden:"))
+            for row in evalgate_golden_rows(work.suite):
+                if row.line == line:
+                    return work.suite.cases[row.case_id]
+    raise KeyError(work.key.case_id)
+
+
+def _verdict(work: _JudgeWork, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    error = outcome["error"]
+    if error is not None:
+        category = f"judge_{error['category']}"
+        return {"verdict": None, "error": {**error, "category": category}}
+    text = outcome["output"]
+    if work.key.order is None or (
+        work.key.order == EVALGATE_GOLDEN_ORDER and work.suite.judged.mode == "pointwise"
+    ):
+        scale = work.suite.judged.evaluator.scale
+        assert scale is not None
+        return evalgate_verdict_json(evalgate_parse_pointwise(text, scale))
+    return evalgate_verdict_json(evalgate_parse_pairwise(text))
+
+
+def _stand_in(category: str, message: str) -> dict[str, Any]:
+    return {"verdict": None, "error": {"category": category, "status": None, "message": message}}
+
+
+# --------------------------------------------------------------------------- item views
+
+
+def evalgate_judged_view(
+    record: Mapping[str, Any], judgments: list[Mapping[str, Any]] | Mapping[str, Any]
+) -> dict[str, Any]:
+    """What an item of a judged suite sees: its generation record with the judged grade.
+
+    An answer's own error stays; a judgment's error (``judge_<category>``,
+    ``judge_unparseable``) becomes the item's error, never a wrong answer. Pointwise: score is
+    the verdict's 0..1 value, passed at ``scale.pass``. Pairwise (the candidate's items): win 1,
+    tie 0.5, loss 0, passed unless lost. A baseline item of a pairwise suite passes when it
+    answered (its answer is what the candidate is compared with).
+    """
+    view = dict(record)
+    if record.get("error") is not None:
+        return view
+    if isinstance(judgments, Mapping):
+        return _with_error(view, judgments) if judgments else {**view, "passed": True}
+    errors = [j["error"] for j in judgments if j["error"] is not None]
+    if errors:
+        return _with_error(view, {"error": errors[0]})
+    if len(judgments) == 1:
+        verdict = judgments[0]["verdict"]
+        return {**view, "score": verdict["value"], "passed": bool(verdict["passed"])}
+    outcome = evalgate_pair_outcome(*(j["verdict"]["winner"] for j in judgments))
+    view["judge_outcome"] = outcome.result + (" (inconsistent)" if outcome.inconsistent else "")
+    return {**view, "score": outcome.score, "passed": outcome.result != "loss"}
+
+
+def _with_error(view: dict[str, Any], judgment: Mapping[str, Any]) -> dict[str, Any]:
+    error = dict(judgment["error"])
+    error["message"] = f"judge: {error['message']}"
+    return {**view, "error": error, "score": None, "passed": None}
+
+
+# --------------------------------------------------------------------------- the judge's child
+
+
+class _JudgeChild:
+    """The judge's runner child: the generation child's program, with the judge's limits."""
+
+    def __init__(self, concurrency: int, limits: EvalgateLimits) -> None:
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "pytest_evalgate.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=_child_env(),
+        )
+        assert self._process.stdout is not None
+        os.set_blocking(self._process.stdout.fileno(), False)
+        self._outbox: list[bytes] = [evalgate_encode(EvalgateWireSetup(concurrency, limits))]
+        self._inbox = b""
+        self.eof = False
+
+    def evalgate_send(self, message: Any) -> None:
+        """Queue one message for the child (written at the next flush)."""
+        self._outbox.append(evalgate_encode(message))
+
+    def evalgate_flush(self) -> None:
+        """Write what is queued."""
+        stdin = self._process.stdin
+        if not self._outbox or stdin is None or stdin.closed:
+            return
+        data = b"".join(self._outbox)
+        self._outbox.clear()
+        try:
+            stdin.write(data)
+            stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self.eof = True
+
+    def evalgate_pump(self, timeout: float) -> list[EvalgateToParent]:
+        """What the child reported, waiting up to ``timeout`` for the first byte."""
+        stdout = self._process.stdout
+        assert stdout is not None
+        if self.eof:
+            raise EvalgateError(f"evalgate judge runner stopped: {self._tail()}")
+        if not select.select([stdout.fileno()], [], [], timeout)[0]:
+            return []
+        return [evalgate_decode_for_parent(line) for line in self._read(stdout.fileno())]
+
+    def _read(self, fd: int) -> list[bytes]:
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 18)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self.eof = True
+                break
+            chunks.append(chunk)
+        lines = (self._inbox + b"".join(chunks)).split(b"\n")
+        self._inbox = lines.pop()
+        return [line for line in lines if line.strip()]
+
+    def _tail(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
+
+    def evalgate_close(self) -> None:
+        """Ask the child to finish, then wait for it (killed after 30 s)."""
+        self.evalgate_send(EvalgateWireClose())
+        self.evalgate_flush()
+        _close_quietly(self._process.stdin)
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        _close_quietly(self._process.stdout)
+        _close_quietly(self._stderr)
