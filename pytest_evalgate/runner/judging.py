@@ -26,11 +26,9 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.client import EvalgateEndpoint
@@ -57,7 +55,11 @@ from pytest_evalgate.judge.prompt import (
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.manifest_judge import EvalgateJudged
 from pytest_evalgate.runner.committer import EvalgateCommitter
-from pytest_evalgate.runner.parent import _child_env, _close_quietly
+from pytest_evalgate.runner.spawn import (
+    evalgate_close_quietly,
+    evalgate_spawn_child,
+    evalgate_stderr_tail,
+)
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
@@ -84,7 +86,6 @@ from pytest_evalgate.store.judgments import (
 )
 
 _POLL_S = 0.02
-_STDERR_TAIL = 2000
 _Answers = Mapping[str, Any]  # a generation record (or a stand-in with an error)
 
 
@@ -527,16 +528,7 @@ class _JudgeChild:
     """The judge's runner child: the generation child's program, with the judge's limits."""
 
     def __init__(self, concurrency: int, limits: EvalgateLimits) -> None:
-        self._stderr: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "pytest_evalgate.runner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=_child_env(),
-        )
-        assert self._process.stdout is not None
-        os.set_blocking(self._process.stdout.fileno(), False)
+        self._process, self._stderr = evalgate_spawn_child()
         self._outbox: list[bytes] = [evalgate_encode(EvalgateWireSetup(concurrency, limits))]
         self._inbox = b""
         self.eof = False
@@ -584,18 +576,17 @@ class _JudgeChild:
         return [line for line in lines if line.strip()]
 
     def _tail(self) -> str:
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
+        return evalgate_stderr_tail(self._stderr)
 
     def evalgate_close(self) -> None:
         """Ask the child to finish, then wait for it (killed after 30 s)."""
         self.evalgate_send(EvalgateWireClose())
         self.evalgate_flush()
-        _close_quietly(self._process.stdin)
+        evalgate_close_quietly(self._process.stdin)
         try:
             self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
-        _close_quietly(self._process.stdout)
-        _close_quietly(self._stderr)
+        evalgate_close_quietly(self._process.stdout)
+        evalgate_close_quietly(self._stderr)

@@ -30,12 +30,9 @@ stand-in.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -46,6 +43,11 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
+from pytest_evalgate.runner.spawn import (
+    evalgate_close_quietly,
+    evalgate_spawn_child,
+    evalgate_stderr_tail,
+)
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
@@ -90,7 +92,6 @@ __all__ = [
 _SEND_EVERY = 16  # top the window up every 16 consumed items: one pipe write, not sixteen
 _POLL_S = 0.25  # how often a waiting item loop checks commits and the child's health
 _MIN_POLL_S = 0.01
-_STDERR_TAIL = 2000
 
 _HaltKey = tuple[int, str]  # (id of the suite run, candidate): one stop channel
 
@@ -205,17 +206,8 @@ class EvalgateRunner:
 
     def evalgate_start(self) -> None:
         """Start the child and send it the setup and the first window of works."""
-        # Kept open for the child's life (closed in _reap): a crash's traceback is read back.
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "pytest_evalgate.runner"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            env=_child_env(),
-        )
-        assert self._child.stdout is not None
-        os.set_blocking(self._child.stdout.fileno(), False)
+        # stderr stays open for the child's life (closed in _reap): a crash is read back.
+        self._child, self._stderr = evalgate_spawn_child()
         self._committer.start()
         self._replay = self._journaled()
         setup = EvalgateWireSetup(
@@ -273,7 +265,7 @@ class EvalgateRunner:
             return
         self._outbox.append(evalgate_encode(EvalgateWireClose()))
         self._flush()
-        _close_quietly(child.stdin)
+        evalgate_close_quietly(child.stdin)
         while not self._eof:
             self._pump(self._writer_timeout())
         self._commit_due()
@@ -291,8 +283,8 @@ class EvalgateRunner:
             status = child.wait()
         if status != 0 and self._failure is None:
             self._failure = f"child exited with status {status}: {self._stderr_tail()}"
-        _close_quietly(child.stdout)
-        _close_quietly(self._stderr)
+        evalgate_close_quietly(child.stdout)
+        evalgate_close_quietly(self._stderr)
 
     def _check_alive(self) -> None:
         if self._failure is not None or self._eof:
@@ -300,10 +292,7 @@ class EvalgateRunner:
             raise EvalgateError(f"evalgate runner stopped: {reason}")
 
     def _stderr_tail(self) -> str:
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")[-_STDERR_TAIL:].strip()
+        return evalgate_stderr_tail(self._stderr)
 
     def _writer_timeout(self) -> float:
         # Never 0: a waiting item loop sleeps in select() instead of spinning.
@@ -480,22 +469,6 @@ class EvalgateRunner:
 
 def _halt_key(work: EvalgateWork) -> _HaltKey:
     return (id(work.suite), work.candidate)
-
-
-def _child_env() -> dict[str, str]:
-    # The child imports the very package this process runs, wherever it was imported from.
-    here = os.path.abspath(__file__)  # <root>/pytest_evalgate/runner/parent.py
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    return env
-
-
-def _close_quietly(handle: IO[bytes] | None) -> None:
-    if handle is None:
-        return
-    with contextlib.suppress(OSError):  # a broken pipe on close: the child is gone
-        handle.close()
 
 
 def evalgate_request_body(work: EvalgateWork) -> dict[str, Any]:

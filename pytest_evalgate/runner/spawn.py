@@ -1,0 +1,60 @@
+"""Starting a runner child process, for both parents that run one (generation and judging).
+
+The child is ``python -m pytest_evalgate.runner`` with this process's package first on
+``PYTHONPATH``, stdin and stdout pipes (stdout non-blocking: the parent reads with ``select``),
+and stderr in a temporary file kept open for the child's life, so a crash's traceback can be
+read back into the error the parent raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from typing import IO
+
+EVALGATE_STDERR_TAIL = 2000
+"""How many characters of the child's stderr an error message quotes."""
+
+
+def evalgate_spawn_child() -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """Start a runner child; returns the process and its stderr file (the caller closes it)."""
+    stderr = tempfile.TemporaryFile()  # noqa: SIM115  (kept open for the child's life)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pytest_evalgate.runner"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=evalgate_child_env(),
+    )
+    assert process.stdout is not None
+    os.set_blocking(process.stdout.fileno(), False)
+    return process, stderr
+
+
+def evalgate_child_env() -> dict[str, str]:
+    """This environment, with the package this process runs first on ``PYTHONPATH``: the child
+    imports the very package this process runs, wherever it was imported from."""
+    here = os.path.abspath(__file__)  # <root>/pytest_evalgate/runner/spawn.py
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
+
+
+def evalgate_stderr_tail(stderr: IO[bytes] | None) -> str:
+    """The last ``EVALGATE_STDERR_TAIL`` characters the child wrote to ``stderr``."""
+    if stderr is None or stderr.closed:
+        return ""
+    stderr.seek(0)
+    return stderr.read().decode(errors="replace")[-EVALGATE_STDERR_TAIL:].strip()
+
+
+def evalgate_close_quietly(handle: IO[bytes] | None) -> None:
+    """Close a pipe or file; a broken pipe on close means the child is gone, not an error."""
+    if handle is None:
+        return
+    with contextlib.suppress(OSError):
+        handle.close()
