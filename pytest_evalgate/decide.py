@@ -38,6 +38,7 @@ from pytest_evalgate.gate import (
     evalgate_load_policy,
     evalgate_verdict,
 )
+from pytest_evalgate.gate_private import evalgate_check_gap_rules
 from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
@@ -193,6 +194,7 @@ def _check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
         if rule.slice not in (None, "*", "all") and rule.slice not in known:
             reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(known)}"
             raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].slice", reason)
+    evalgate_check_gap_rules(policy.source, policy.rules, known, manifest.private, manifest.path)
 
 
 def _held_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:

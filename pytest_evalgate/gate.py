@@ -32,6 +32,12 @@ from pytest_evalgate import stats
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate_judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
+from pytest_evalgate.gate_private import (
+    EVALGATE_GAP_RULE,
+    EvalgateGapSpec,
+    evalgate_gap_name,
+    evalgate_gap_rule,
+)
 from pytest_evalgate.gate_single import (
     EvalgateMaxRateSpec,
     EvalgateMinRateSpec,
@@ -56,6 +62,7 @@ _THRESHOLD_KEYS = {
     "judge_agreement": "min_kappa",
     "min_rate": "min",
     "max_rate": "max",
+    "public_private_gap": "max_gap",
 }
 
 
@@ -71,11 +78,16 @@ class EvalgateRule:
     slice: str | None = None
     metric: str | None = None
     threshold: float | None = None
+    public: tuple[str, ...] = ()  # public_private_gap only (gate_private.py)
+    private: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The rule in its ``gate.yaml`` form (builtins only)."""
         out: dict[str, Any] = {"rule": self.rule}
-        out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
+        if self.rule == EVALGATE_GAP_RULE:
+            out.update(public=list(self.public), private=list(self.private))
+        else:
+            out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
         key = _THRESHOLD_KEYS[self.rule]
         if key is not None:
             out[key] = self.threshold
@@ -193,7 +205,8 @@ _AnyRule = Annotated[
     | _Pairwise
     | _JudgeAgreement
     | EvalgateMinRateSpec
-    | EvalgateMaxRateSpec,
+    | EvalgateMaxRateSpec
+    | EvalgateGapSpec,
     pydantic.Field(discriminator="rule"),
 ]
 
@@ -287,7 +300,10 @@ def _to_rule(index: int, item: pydantic.BaseModel) -> EvalgateRule:
     values = item.model_dump()
     key = _THRESHOLD_KEYS[values["rule"]]
     threshold = None if key is None else float(values[key])
-    return EvalgateRule(values["rule"], index, values.get("slice"), values.get("metric"), threshold)
+    groups = {key: tuple(values.get(key, ())) for key in ("public", "private")}
+    return EvalgateRule(
+        values["rule"], index, values.get("slice"), values.get("metric"), threshold, **groups
+    )
 
 
 # --------------------------------------------------------------------------- gate input
@@ -436,6 +452,8 @@ def _expand(policy: EvalgatePolicy, gate_input: EvalgateGateInputLike) -> list[_
 
 
 def _targets(rule: EvalgateRule, categories: list[str], source: str) -> list[str]:
+    if rule.rule == EVALGATE_GAP_RULE:
+        return [evalgate_gap_name(rule.private)]
     if rule.slice is None:
         return [str(rule.metric)]
     if rule.slice == "*":
@@ -487,6 +505,8 @@ def _evaluate_one(
         return _judge(item, policy, gate_input)
     if kind in ("min_rate", "max_rate"):
         return _single(item, policy, gate_input)
+    if kind == EVALGATE_GAP_RULE:
+        return _gap(item, policy, gate_input)
     return _max_delta(item, policy, gate_input)
 
 
@@ -678,6 +698,19 @@ def _judge(
         seed=_seed(policy.seed, item.name),
     )
     return dataclasses.replace(_base(item), **numbers)
+
+
+def _gap(
+    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+) -> EvalgateRuleResult:
+    cand = np.asarray(gate_input.candidate_scores, dtype=np.float64)
+    numbers = evalgate_gap_rule(
+        cand - np.asarray(gate_input.baseline_scores, dtype=np.float64),
+        gate_input.categories, gate_input.clusters, item.rule.public, item.rule.private,
+        float(item.rule.threshold or 0.0), confidence=policy.confidence,
+        resamples=policy.resamples, seed=_seed(policy.seed, item.name),
+    )  # fmt: skip
+    return dataclasses.replace(_base(item), metric=None, **numbers)
 
 
 def _base(item: _Expanded, **numbers: Any) -> EvalgateRuleResult:

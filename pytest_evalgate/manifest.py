@@ -39,6 +39,7 @@ from pytest_evalgate.manifest_judge import (
     evalgate_definition_evaluator,
     evalgate_judged,
 )
+from pytest_evalgate.manifest_private import evalgate_private_categories
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
@@ -185,6 +186,7 @@ class _Manifest(_Strict):
     perf: _Perf | None = None
     canary: str | None = None
     tiers: dict[str, _Tier] = Field(default_factory=dict)
+    private: list[str] = Field(default_factory=list)  # held-out categories (manifest_private)
     sandbox: EvalgateSandboxBlock | None = None
 
 
@@ -247,6 +249,7 @@ class EvalgateManifest:
     tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
     sandbox: Mapping[str, Any] | None = None  # scorer: code only, defaults filled in
     judged: EvalgateJudged | None = field(default=None, repr=False)
+    private: tuple[str, ...] = ()  # held-out categories; outside the digest, like tiers
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -300,6 +303,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
         sandbox=evalgate_sandbox_settings(model.evaluator.scorer, model.sandbox),
         judged=judged,
+        private=evalgate_private_categories(path, model.private, cases),
     )
 
 

@@ -25,7 +25,7 @@ KNOBS = (
     "accuracy", "seed", "latency_ms", "ttft_ms", "tpot_ms", "jitter", "output_tokens",
     "output_jitter", "fail_401", "fail_400", "quota", "fail_429_first", "retry_after",
     "fail_500_first", "fail_rate", "hang_first", "hang_s", "canary", "canary_rate",
-    "service_slots",
+    "service_slots", "lift", "lift_except",
     "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
 )  # fmt: skip

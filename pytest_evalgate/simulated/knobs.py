@@ -3,10 +3,15 @@
 Contracts
 ---------
 - A knob is a field of :class:`EvalgateSimConfig` (``evalgate_sim_knob_names()``, field order)
-  or ``accuracy.<category>`` (a per-category accuracy). Values are text: booleans ``0/1``,
-  ``true/false``, ``yes/no``, ``on/off``; numbers finite and ``>= 0``; ``int`` knobs refuse
-  fractions. ``accuracy``, ``accuracy.<category>``, ``fail_rate``, ``jitter`` and
-  ``output_jitter`` lie in ``[0, 1]``; ``hang_s <= EVALGATE_SIM_HANG_LIMIT_S``.
+  or ``accuracy.<category>`` (a per-category accuracy). ``lift=d`` adds ``d`` to the accuracy
+  of every category except those named in ``lift_except`` (comma-separated), capped at 1: drawn
+  on the same draw, so under the same ``seed`` and model id a lifted model is right wherever the
+  unlifted one is. ``lift`` alone is an honest improvement; with ``lift_except`` naming the
+  suite's private categories it is a memoriser (issue 16), better only on what it has seen.
+  Values are text: booleans ``0/1``, ``true/false``, ``yes/no``, ``on/off``; numbers finite
+  and ``>= 0``; ``int`` knobs refuse fractions. ``accuracy``, ``accuracy.<category>``,
+  ``fail_rate``, ``jitter``, ``output_jitter`` and ``lift`` lie in ``[0, 1]``;
+  ``hang_s <= EVALGATE_SIM_HANG_LIMIT_S``.
 - ``simulated://?knob=value&...`` carries knobs in its query, nothing in host or path.
   ``evalgate_sim_config_url(config)`` renders the non-default knobs; it parses back equal.
 - Every refusal is ``EvalgateConfigError(source, knob, reason)``.
@@ -24,7 +29,7 @@ from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
 _UNIT_KNOBS = frozenset(
-    {"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate"}
+    {"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate", "lift"}
     | {"position_bias", "verbosity_bias", "unparseable_rate"}  # the simulated judge's
 )
 _CODE_RATES = ("code_loop", "code_memory", "code_fork", "code_escape")  # code_style.py
@@ -57,6 +62,8 @@ class EvalgateSimConfig:
     canary: str | None = None  # text appended to an answer with probability canary_rate
     canary_rate: float = 0.0
     service_slots: int = 0  # server-side concurrency limit (0: none); the rest queue
+    lift: float = 0.0  # added to the accuracy of every category but those in lift_except
+    lift_except: str | None = None  # comma-separated categories the lift does not reach
     code: bool = False  # the code style (code_style.py) and its misbehaviour rates
     code_loop: float = 0.0
     code_memory: float = 0.0
@@ -71,11 +78,17 @@ class EvalgateSimConfig:
     unparseable_rate: float = 0.0
 
     def accuracy_for(self, category: str | None) -> float:
-        """The accuracy that applies to ``category`` (its override, else ``accuracy``)."""
-        for name, value in self.accuracy_by_category:
-            if name == category:
-                return value
-        return self.accuracy
+        """The accuracy that applies to ``category`` (its override, else ``accuracy``), plus
+        ``lift`` (capped at 1) unless ``lift_except`` names the category."""
+        base = next((v for name, v in self.accuracy_by_category if name == category), None)
+        accuracy = self.accuracy if base is None else base
+        if self.lift <= 0.0 or category in self.evalgate_unlifted():
+            return accuracy
+        return min(1.0, accuracy + self.lift)
+
+    def evalgate_unlifted(self) -> frozenset[str]:
+        """The categories ``lift_except`` names (the lift does not reach them)."""
+        return frozenset(name.strip() for name in (self.lift_except or "").split(",") if name)
 
 
 def _sim_knob_types() -> dict[str, str]:
