@@ -114,3 +114,92 @@ def test_a_bad_fraction_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(EvalgateConfigError, match=r"tiers\.t\.fraction"):
         evalgate_load_manifest(str(path))
+
+
+# --------------------------------------------------------------------------- evalgate gate --tier
+
+
+def _gate(*args: str) -> int:
+    from pytest_evalgate.cli import main
+
+    return main(["gate", "suite", "--store", ".evalgate", *args])
+
+
+def test_evalgate_gate_tier_gates_the_tier_like_the_pytest_option(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_evalgate.cli import main
+
+    path = _suite(pytester.path / "suite", 50)
+    members = _members(path)
+    run = pytester.runpytest(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "-q", "--evalgate-tier=checkpoint",
+        "--evalgate-report=rep",
+    )  # fmt: skip
+    assert run.ret == 0
+    assert main(["keygen", "--dir", str(pytester.path)]) == 0
+    capsys.readouterr()
+    status = _gate("--tier", "checkpoint", "--report", "cli", "--sign-key", "evalgate.key")
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "verdict PASS" in out and "min_rate[all]" in out and "decision not signed" in out
+    decision = json.loads((pytester.path / "cli" / "decision.json").read_text())
+    in_pytest = json.loads((pytester.path / "rep" / "decision.json").read_text())
+    assert decision["tier"] == in_pytest["tier"] and decision["tier"]["cases"] == len(members)
+    assert decision["policy"] == in_pytest["policy"]  # the tier's own policy, checkpoint-v1
+    assert decision["rules"] == in_pytest["rules"]  # same selection, same numbers
+    assert decision["counts"]["expected"] == 2 * len(members)
+    assert decision["attestable"] is False and decision["verdict"] == "pass"
+    assert not (pytester.path / "cli" / "decision.dsse.json").exists()
+
+
+def test_a_tier_pass_is_never_a_full_suite_pass(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_evalgate.attest import evalgate_sign, evalgate_statement
+    from pytest_evalgate.cli import main
+    from pytest_evalgate.errors import EvalgateSignatureError
+
+    _suite(pytester.path / "suite", 50)
+    run = pytester.runpytest(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "-q", "--evalgate-tier=checkpoint"
+    )
+    assert run.ret == 0
+    assert main(["keygen", "--dir", str(pytester.path)]) == 0
+    # the same store gated as the full suite: the tier's records are not the suite's
+    assert _gate("--report", "full", "--sign-key", "evalgate.key") == 1
+    full = json.loads((pytester.path / "full" / "decision.json").read_text())
+    assert full["verdict"] == "incomplete" and "tier" not in full
+    assert not (pytester.path / "full" / "decision.dsse.json").exists()
+    # and a tier decision cannot be signed even when asked directly
+    assert _gate("--tier", "checkpoint", "--report", "tier") == 0
+    tier = json.loads((pytester.path / "tier" / "decision.json").read_text())
+    with pytest.raises(EvalgateSignatureError, match="attestable"):
+        evalgate_sign(evalgate_statement(tier), str(pytester.path / "evalgate.key"))
+
+
+def test_evalgate_gate_with_an_unknown_tier_exits_4(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _suite(pytester.path / "suite", 5)
+    assert _gate("--tier", "nightly") == 4
+    assert "no tier 'nightly' (tiers: checkpoint)" in capsys.readouterr().err
+
+
+def test_evalgate_gate_tier_with_policy_uses_the_named_policy(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _suite(pytester.path / "suite", 50)
+    assert (
+        pytester.runpytest(
+            "--evalgate", "suite", "-p", "no:cacheprovider", "-q", "--evalgate-tier=checkpoint"
+        ).ret
+        == 0
+    )
+    strict = {**TIER_POLICY, "version": "strict-v1", "rules": [
+        {"slice": "all", "rule": "min_rate", "min": 0.99}]}  # fmt: skip
+    (pytester.path / "strict.yaml").write_text(yaml.safe_dump(strict))
+    status = _gate("--tier", "checkpoint", "--policy", "strict.yaml", "--report", "rep")
+    decision = json.loads((pytester.path / "rep" / "decision.json").read_text())
+    assert status == 1 and decision["verdict"] == "fail"
+    assert decision["policy"]["version"] == "strict-v1" and decision["tier"]["name"] == "checkpoint"

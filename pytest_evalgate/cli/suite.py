@@ -11,6 +11,7 @@ from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
     from pytest_evalgate.decide import EvalgateOutcome
+    from pytest_evalgate.manifest import EvalgateManifest
 
 
 def evalgate_suite_commands() -> tuple[EvalgateCommand, ...]:
@@ -52,6 +53,11 @@ def _gate_arguments(parser: argparse.ArgumentParser) -> None:
         help="let the reports show case input, target and output (only case ids otherwise)",
     )
     parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
+    parser.add_argument(
+        "--tier",
+        help="gate only the manifest's tier NAME, with its policy unless --policy (never a "
+        "full-suite verdict, never signed)",
+    )
 
 
 def _gate(args: argparse.Namespace) -> bool:
@@ -74,16 +80,36 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     from pytest_evalgate.store import evalgate_open_store
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
-    policy = evalgate_load_suite_policy(manifest, args.policy)
-    selection = EvalgateSelection(
-        tuple(manifest.candidates), tuple(case.case_id for case in manifest.cases)
-    )
+    policy = evalgate_load_suite_policy(manifest, _policy_path(manifest, args))
+    selection = EvalgateSelection(tuple(manifest.candidates), _case_ids(manifest, args.tier))
     backend = evalgate_open_store(args.store)
     perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
     return evalgate_decide(
         backend, manifest, selection, policy,
-        report_dir=args.report, sign_key=args.sign_key, perf=perf, report_text=args.report_text,
+        report_dir=args.report, sign_key=args.sign_key, perf=perf, tier=args.tier,
+        report_text=args.report_text,
     )  # fmt: skip
+
+
+def _policy_path(manifest: EvalgateManifest, args: argparse.Namespace) -> str | None:
+    """``--policy``, else the tier's own policy (when ``--tier`` names one), else None
+    (gate.yaml): the same choice as ``--evalgate-tier`` in a pytest run."""
+    from pytest_evalgate.tiers import evalgate_tier_policy, evalgate_tier_spec
+
+    if args.policy is not None or args.tier is None:
+        return args.policy  # type: ignore[no-any-return]
+    spec = evalgate_tier_spec(manifest.tiers, args.tier, manifest.path)
+    return evalgate_tier_policy(spec, manifest.suite_dir)
+
+
+def _case_ids(manifest: EvalgateManifest, tier: str | None) -> tuple[str, ...]:
+    """Every case id of the suite, or those of the tier ``tier`` (an unknown tier: exit 4)."""
+    from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_spec
+
+    if tier is None:
+        return tuple(case.case_id for case in manifest.cases)
+    spec = evalgate_tier_spec(manifest.tiers, tier, manifest.path)
+    return tuple(c.case_id for c in manifest.cases if evalgate_tier_member(spec, c.case_id))
 
 
 def _report_arguments(parser: argparse.ArgumentParser) -> None:
