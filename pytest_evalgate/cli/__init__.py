@@ -32,6 +32,7 @@ from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
 from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
 from pytest_evalgate.cli.suite import evalgate_suite_commands
+from pytest_evalgate.cli.trend import evalgate_trend_commands
 
 __all__ = [
     "EVALGATE_EXIT_FAIL",
@@ -53,6 +54,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
     """Every subcommand, in ``evalgate --help`` order."""
     return (
         *evalgate_suite_commands(),
+        *evalgate_trend_commands(),
         *evalgate_judge_commands(),
         *evalgate_attest_commands(),
         *evalgate_serve_commands(),
