@@ -54,7 +54,6 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
     """Every subcommand, in ``evalgate --help`` order."""
     return (
         *evalgate_suite_commands(),
-        *evalgate_trend_commands(),
         *evalgate_judge_commands(),
         *evalgate_attest_commands(),
         *evalgate_serve_commands(),
@@ -64,6 +63,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_admission_commands(),
         *evalgate_canary_commands(),
         *evalgate_contamination_commands(),
+        *evalgate_trend_commands(),
     )
 
 
