@@ -228,6 +228,39 @@ def test_support_gate_quality_rules_pass_on_the_simulator() -> None:
             assert stats.evalgate_clopper_pearson_upper(fails, trials, 0.975) <= rule["max_rate"]
 
 
+def test_support_gate_public_private_gap_passes_on_the_simulator() -> None:
+    """reasoning is the held-out set; the honest candidate's gap stays under max_gap."""
+    from pytest_evalgate.decide import evalgate_load_suite_policy
+    from pytest_evalgate.gate_private import evalgate_gap_rule
+
+    manifest = evalgate_load_manifest(str(SUITES / "support" / "evalgate.yaml"))
+    assert manifest.private == ("reasoning",)
+    (rule,) = [r for r in evalgate_load_suite_policy(manifest, None).rules if r.public]
+    assert rule.private == ("reasoning",) and "reasoning" not in rule.public
+    simulated = pytest.importorskip("pytest_evalgate.simulated")
+    key = {
+        simulated.evalgate_prompt_digest(case.evalgate_prompt_json()): (case.target, case.category)
+        for case in manifest.cases
+    }
+    scorer = evalgate_make_scorer("normalized", {}, {})
+    scores = {}
+    for name, candidate in manifest.candidates.items():
+        config = simulated.evalgate_parse_simulated_url(candidate.base_urls[0])
+        scores[name] = [
+            scorer(simulated.evalgate_sim_answer(config, key, candidate.model, p).text, c.target)
+            for c in manifest.cases
+            for p in [c.evalgate_prompt_json()]
+        ]
+    diffs = [a - b for a, b in zip(scores["candidate"], scores["baseline"], strict=True)]
+    numbers = evalgate_gap_rule(
+        diffs, [c.category for c in manifest.cases], [c.cluster for c in manifest.cases],
+        rule.public, rule.private, float(rule.threshold or 0), confidence=0.95, resamples=2000,
+        seed=0,
+    )  # fmt: skip
+    assert numbers["passed"] is True, numbers["reason"]
+    assert numbers["hi"] < float(rule.threshold or 0) - 0.02  # not on the edge
+
+
 def test_tiny_suite_passes_end_to_end(pytester: pytest.Pytester, tmp_path: Path) -> None:
     """The whole pipeline on the simulator: 24 identities, baseline misses, verdict PASS."""
     store = tmp_path / "store"
