@@ -70,3 +70,20 @@ def test_an_honest_improvement_passes_the_public_private_gap(pytester: pytest.Py
     rule = _gap(decision)
     assert decision["verdict"] == "pass" and rule["passed"] is True
     assert rule["hi"] <= 0.06 and abs(rule["estimate"]) < 0.05
+
+
+def test_a_rule_naming_an_undeclared_private_category_exits_4(pytester: pytest.Pytester) -> None:
+    write_suite(
+        pytester.path / "suite",
+        {"candidate": BASE, "baseline": BASE},
+        cases=make_cases(["alpha", "beta", "held"], 4),
+        policy=POLICY,  # names held as private, and the manifest declares no private: key
+    )
+    log = pytester.path / "requests.jsonl"
+    result = pytester.runpytest(
+        "--evalgate", "suite", "-p", "no:cacheprovider", f"--evalgate-request-log={log}"
+    )
+    assert result.ret == 4
+    err = result.stderr.str()
+    assert "gate.yaml: rules[1].private[0]: 'held' is not declared private in " in err
+    assert not log.exists() or log.read_text() == ""  # refused before any request

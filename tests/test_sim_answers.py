@@ -264,3 +264,27 @@ def test_the_app_serves_any_style_through_the_seam() -> None:
     assert [a.temperature for a in style.asks] == [1.0, 0.0, 0.0]  # OpenAI's default when unset
     assert style.asks[0].seed == 4 and style.asks[0].prompt == chat(1)
     assert style.asks[0].digest == evalgate_prompt_digest(chat(1))
+
+
+def test_a_lifted_model_is_right_wherever_the_unlifted_one_is() -> None:
+    from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_sim_answer
+
+    prompts = [[{"role": "user", "content": f"q{i}"}] for i in range(2000)]
+    key = {
+        evalgate_prompt_digest(p): (f"t{i}", "held" if i % 2 else "open")
+        for i, p in enumerate(prompts)
+    }
+    base = evalgate_parse_simulated_url("simulated://?accuracy=0.6&seed=4")
+    memoriser = evalgate_parse_simulated_url(
+        "simulated://?accuracy=0.6&seed=4&lift=0.2&lift_except=held"
+    )
+    right: dict[str, list[tuple[bool, bool]]] = {"held": [], "open": []}
+    for p in prompts:
+        before = evalgate_sim_answer(base, key, "m", p)
+        after = evalgate_sim_answer(memoriser, key, "m", p)
+        assert after.correct or not before.correct  # never worse on one prompt
+        right[str(before.category)].append((before.correct, after.correct))
+    held, seen = right["held"], right["open"]
+    assert all(b == a for b, a in held)  # the held-out category is untouched
+    gain = sum(a for _, a in seen) / len(seen) - sum(b for b, _ in seen) / len(seen)
+    assert 0.17 < gain < 0.23

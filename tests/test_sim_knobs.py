@@ -221,3 +221,16 @@ def test_malformed_urls_are_config_errors_naming_the_url(url: str, key: str) -> 
     with pytest.raises(EvalgateConfigError) as info:
         evalgate_parse_simulated_url(url)
     assert (info.value.source, info.value.key) == (url, key)
+
+
+def test_lift_raises_every_category_but_the_excepted_ones() -> None:
+    config = evalgate_parse_simulated_url(
+        "simulated://?accuracy=0.7&accuracy.beta=0.95&lift=0.1&lift_except=held,other"
+    )
+    assert config.accuracy_for("alpha") == pytest.approx(0.8)
+    assert config.accuracy_for("beta") == 1.0  # capped
+    assert config.accuracy_for("held") == config.accuracy_for("other") == 0.7
+    assert config.evalgate_unlifted() == frozenset({"held", "other"})
+    assert EvalgateSimConfig(accuracy=0.7).accuracy_for("held") == 0.7
+    with pytest.raises(EvalgateConfigError, match="lift"):
+        evalgate_parse_simulated_url("simulated://?lift=1.5")
