@@ -35,6 +35,7 @@ from pytest_evalgate.gate_judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
 from pytest_evalgate.gate_private import (
     EVALGATE_GAP_RULE,
     EvalgateGapSpec,
+    evalgate_check_gap_lists,
     evalgate_gap_name,
     evalgate_gap_rule,
 )
@@ -253,6 +254,7 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
         raise EvalgatePolicyError(source, key, reason) from None
     policy = _to_policy(model, source)
     evalgate_check_single(source, policy.baseline, policy.rules)
+    evalgate_check_gap_lists(source, policy.rules)
     return policy
 
 

@@ -54,16 +54,22 @@ class EvalgateGapSpec(pydantic.BaseModel):
     private: _Names
     max_gap: Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
-    @pydantic.model_validator(mode="after")
-    def _disjoint(self) -> EvalgateGapSpec:
-        for key, names in (("public", self.public), ("private", self.private)):
-            repeated = sorted({name for name in names if names.count(name) > 1})
-            if repeated:
-                raise ValueError(f"{key} names {repeated[0]!r} twice")
-        both = sorted(set(self.public) & set(self.private))
-        if both:
-            raise ValueError(f"category {both[0]!r} is both public and private")
-        return self
+
+def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:
+    """Refuse, naming ``rules[i].public[j]`` or ``rules[i].private[j]``, a category given twice
+    in one list or in both lists of a ``public_private_gap`` rule (``gate.EvalgateRule``
+    values)."""
+    for rule in rules:
+        if rule.rule != EVALGATE_GAP_RULE:
+            continue
+        for key, names in (("public", rule.public), ("private", rule.private)):
+            for position, name in enumerate(names):
+                where = f"rules[{rule.index}].{key}[{position}]"
+                if name in names[:position]:
+                    raise EvalgatePolicyError(source, where, f"{name!r} is listed twice")
+                if key == "private" and name in rule.public:
+                    reason = f"{name!r} is both public and private"
+                    raise EvalgatePolicyError(source, where, reason)
 
 
 def evalgate_gap_name(private: Sequence[str]) -> str:

@@ -196,8 +196,8 @@ def test_the_rule_loads_and_keeps_its_groups_in_the_digest(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("change", "key", "reason"),
     [
-        ({"public": ["alpha", "held"]}, "rules[0]", "'held' is both public and private"),
-        ({"public": ["alpha", "alpha"]}, "rules[0]", "public names 'alpha' twice"),
+        ({"public": ["alpha", "held"]}, "rules[0].private[0]", "'held' is both public and"),
+        ({"public": ["alpha", "alpha"]}, "rules[0].public[1]", "'alpha' is listed twice"),
         ({"private": []}, "rules[0].private", "at least 1 item"),
         ({"max_gap": 1.5}, "rules[0].max_gap", "less than or equal to 1"),
         ({"slice": "all"}, "rules[0].slice", "unknown key"),
