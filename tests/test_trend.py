@@ -169,3 +169,22 @@ def test_a_bad_candidate_name_exits_4(
     err = capsys.readouterr().err
     assert err.startswith("evalgate trend: ") and "evalgate.yaml: candidates: " in err
     assert reason in err
+
+
+def test_a_confidence_outside_the_open_interval_exits_4(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_suite(pytester.path / "suite", CHECKPOINTS, cases=make_cases(["alpha"], 2))
+    assert _trend("--candidates", "ckpt-100", "--confidence", "1.0") == 4
+    assert "--confidence: must lie in (0.5, 1)" in capsys.readouterr().err
+
+
+def test_the_cells_follow_the_confidence_asked_for() -> None:
+    from pytest_evalgate.trend import _cell
+
+    for k, n, level in ((0, 30, 0.9), (17, 40, 0.99), (40, 40, 0.8)):
+        cell = _cell(k, n, level)
+        ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+        assert cell.lo == pytest.approx(ci.low, abs=1e-12) and cell.hi == pytest.approx(
+            ci.high, abs=1e-12
+        )
