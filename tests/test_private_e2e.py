@@ -87,3 +87,22 @@ def test_a_rule_naming_an_undeclared_private_category_exits_4(pytester: pytest.P
     err = result.stderr.str()
     assert "gate.yaml: rules[1].private[0]: 'held' is not declared private in " in err
     assert not log.exists() or log.read_text() == ""  # refused before any request
+
+
+def test_a_partial_selection_leaves_the_gap_rule_out(pytester: pytest.Pytester) -> None:
+    write_suite(
+        pytester.path / "suite",
+        {"candidate": f"{BASE}&lift=0.1&lift_except=held", "baseline": BASE},
+        cases=make_cases(["alpha", "beta", "held"], 20),
+        models={"candidate": "sim-model", "baseline": "sim-model"},
+        extra={"private": ["held"]},
+        policy=POLICY,
+    )
+    result = pytester.runpytest(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "-q", "-k", "alpha",
+        "--evalgate-report=rep",
+    )  # fmt: skip
+    decision = json.loads((pytester.path / "rep" / "decision.json").read_text())
+    assert decision["verdict"] == "partial"
+    assert [r["rule"] for r in decision["rules"]] == []  # "all" and the gap need the whole suite
+    assert "public_private_gap" not in result.stdout.str()
