@@ -9,8 +9,8 @@ The knee rule (:class:`EvalgateKneeRule`; ``docs/decisions.md``, issue 16 part B
 
 1. **Plateau.** The sweep has reached a plateau when, for two neighbouring clean levels
    L < L' (a doubling in the coarse sweep), L' gains less than ``min_gain`` (10 %) throughput
-   while its p95 latency rises by ``min_latency_rise`` (10 %) or more: more requests in flight
-   only wait in the server's queue.
+   while its latency rises by ``min_latency_rise`` (10 %) or more, in p50 or in p95: more
+   requests in flight only wait in the server's queue.
 2. **Knee.** Given a plateau, the knee is the fewest in flight whose throughput is within
    ``min_gain`` of the best measured (>= 90 % of it). Between the knee and the clean level below
    it, :func:`evalgate_next_level` asks for their midpoint until the gap is at most
@@ -138,7 +138,8 @@ def evalgate_plateau(
     levels: Sequence[EvalgateProbeLevel], rule: EvalgateKneeRule
 ) -> tuple[EvalgateProbeLevel, EvalgateProbeLevel] | None:
     """The first pair of neighbouring clean levels (low, high) where high gains less than
-    ``min_gain`` throughput while its p95 rises by ``min_latency_rise`` or more; None if none."""
+    ``min_gain`` throughput while its p50 or p95 rises by ``min_latency_rise`` or more; None if
+    none."""
     clean = evalgate_clean_levels(levels, rule)
     for low, high in itertools.pairwise(clean):
         if _gain(low, high, clean) < rule.min_gain and _rise(low, high) >= rule.min_latency_rise:
@@ -164,7 +165,8 @@ def evalgate_find_knee(
         f"the fewest in flight with >= {100 * (1 - rule.min_gain):.0f} % of the best throughput, "
         f"{_throughput(best, _by_tokens(clean)):.1f}/s at {best.concurrency}; "
         f"{low.concurrency} -> {high.concurrency} in flight added "
-        f"{100 * _gain(low, high, clean):+.1f} % throughput and {100 * _rise(low, high):+.1f} % p95"
+        f"{100 * _gain(low, high, clean):+.1f} % throughput and {100 * _rise(low, high):+.1f} % "
+        "latency"
     )
     return EvalgateKnee(knee.concurrency, knee.concurrency, reason)
 
@@ -210,7 +212,9 @@ def _gain(
 
 
 def _rise(low: EvalgateProbeLevel, high: EvalgateProbeLevel) -> float:
-    return _ratio(high.p95_s, low.p95_s) - 1.0
+    # the larger of the median's and the p95's rise: one slow outlier at the lower level can
+    # hide a queue in its p95 (seen on a loaded machine), never in its median as well
+    return max(_ratio(high.p50_s, low.p50_s), _ratio(high.p95_s, low.p95_s)) - 1.0
 
 
 def _by_tokens(clean: Sequence[EvalgateProbeLevel]) -> bool:

@@ -59,7 +59,7 @@ def test_an_ideal_server_of_16_slots_has_its_knee_at_16() -> None:
     assert evalgate_plateau(levels, EvalgateKneeRule()) == (levels[4], levels[5])
     knee = evalgate_find_knee(levels)
     assert (knee.knee, knee.recommended) == (16, 16)
-    assert "16 -> 32 in flight added +0.0 % throughput and +100.0 % p95" in knee.reason
+    assert "16 -> 32 in flight added +0.0 % throughput and +100.0 % latency" in knee.reason
     # 8 is below 90 % and 16 reaches it: the midpoints check that the knee lies no lower
     assert evalgate_next_level(levels) == 12
     levels += _slots(16, 0.1, [12])
@@ -134,3 +134,11 @@ def test_the_thresholds_are_the_rules() -> None:
     flat = [_level(8, 1000, 0.100), _level(16, 1000, 0.106)]
     assert evalgate_find_knee(flat).knee is None
     assert evalgate_find_knee(flat, EvalgateKneeRule(min_latency_rise=0.05)).knee == 8
+
+
+def test_a_slow_outlier_in_the_lower_p95_does_not_hide_the_queue() -> None:
+    # 32 -> 48 queues (median 0.2 -> 0.3 s) but one slow answer at 32 lifted its p95 to 0.33 s
+    low = EvalgateProbeLevel(32, 256, 0, 1.0, 148, 2372, 0.200, 0.328)
+    high = EvalgateProbeLevel(48, 384, 0, 1.0, 155, 2483, 0.300, 0.328)
+    assert evalgate_plateau([low, high], EvalgateKneeRule()) == (low, high)
+    assert evalgate_find_knee([low, high]).knee == 32

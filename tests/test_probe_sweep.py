@@ -45,7 +45,7 @@ def _rows(out: str) -> list[tuple[int, int, int]]:
 
 
 def test_the_knee_of_a_16_slot_server_is_found_within_12_to_24(tmp_path: Path) -> None:
-    config = EvalgateSimConfig(service_slots=16, latency_ms=100.0, output_tokens=16)
+    config = EvalgateSimConfig(service_slots=16, latency_ms=150.0, output_tokens=8)
     log = tmp_path / "requests.jsonl"
     with evalgate_spawn_simulator(config, None, log) as sim:
         done = _probe(sim.base_url, "--model", "m", "--max-concurrency", "48")
@@ -58,9 +58,11 @@ def test_the_knee_of_a_16_slot_server_is_found_within_12_to_24(tmp_path: Path) -
     assert 12 <= budget <= 24, done.stdout
     assert any(line.startswith(f"knee: {budget} (") for line in lines), done.stdout
     rows = _rows(done.stdout)
-    # the doublings in order (the plateau 32 -> 48 ends them), then the refinements in 16..32
+    # the doublings in order (the plateau 32 -> 48 ends them), then at most 4 midpoints between
+    # the unsaturated 8 and the saturated 32
     assert [c for c, _, _ in rows[:7]] == [1, 2, 4, 8, 16, 32, 48], done.stdout
-    assert all(16 < c < 32 for c, _, _ in rows[7:]) and len(rows) <= 7 + 4
+    refined = [c for c, _, _ in rows[7:]]
+    assert all(8 < c < 32 and c != 16 for c in refined) and len(refined) <= 4, done.stdout
     assert all(requests == 8 * c and errors == 0 for c, requests, errors in rows)
     # only this URL, each request once, one attempt each: what the rows say was sent
     sent = [json.loads(line) for line in log.read_text().splitlines()]
