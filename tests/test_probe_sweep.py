@@ -4,8 +4,9 @@
 1. A simulator with a server-side limit of 16 (``service_slots=16``): the probe finds the knee
    within 12..24 and recommends a budget there; every request went to the given URL once, one
    attempt each.
-2. A fatal error (401) at the first request ends the sweep after that one request: exit 1 with
-   the reason, no recommendation, no retries.
+2. A fatal error (401) at the first request ends the sweep after that one request; transient
+   errors (429) are counted, never retried, and a level with more than 1 % of them ends the
+   sweep: exit 1 with the reason and no recommendation.
 3. Prompts: a suite's perf prompts, else its cases, else the documented default prompts.
 """
 
@@ -82,6 +83,21 @@ def test_a_fatal_first_answer_ends_the_sweep_after_one_request(tmp_path: Path) -
     assert "  errors at 1: auth 1; first: auth: " in done.stdout
     assert "recommended budget" not in done.stdout
     assert done.stderr == "evalgate probe: probe: no level answered cleanly: nothing to recommend\n"
+
+
+def test_transient_errors_are_counted_never_retried_and_end_the_sweep(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the first 3 requests get 429: level 1 (8 requests) has 37.5 % errors, far above 1 %
+    with evalgate_spawn_simulator(EvalgateSimConfig(fail_429_first=3), None) as sim:
+        status = main(["probe", sim.base_url, "--model", "m", "--max-concurrency", "8"])
+        stats = sim.stats()
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert stats["requests_total"] == 8 and stats["by_status"] == {"429": 3, "200": 5}
+    assert _rows(out) == [(1, 8, 3)]
+    assert "  errors at 1: rate_limited 3; first: rate_limited: " in out
+    assert err == "evalgate probe: probe: no level answered cleanly: nothing to recommend\n"
 
 
 def test_bad_options_are_usage_errors_before_any_request(

@@ -47,7 +47,8 @@ def _probe(args: argparse.Namespace) -> bool:
     settings, bodies, source = _probe_setup(args)
     print(
         f"evalgate probe {args.base_url} (model {args.model}): levels "
-        f"{', '.join(map(str, settings.levels))}; {len(bodies)} prompt(s) from {source}; "
+        f"{', '.join(map(str, settings.levels))} until a plateau, then up to "
+        f"{settings.refinements} midpoints; {len(bodies)} prompt(s) from {source}; "
         f"{settings.rounds} x concurrency requests or {settings.level_s:g} s a level; "
         "one attempt a request",
         flush=True,
