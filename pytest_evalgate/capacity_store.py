@@ -61,7 +61,9 @@ def evalgate_capacity_input(
         requests = len(manifest.cases) * manifest.repetitions
     tokens, tokens_source = _tokens(manifest, name, measured, assume)
     rate, rate_source = _rate(manifest, name, measured, assume)
-    gpus = assume.gpus_per_replica or evalgate_pinned_gpus(candidate)
+    gpus = assume.gpus_per_replica
+    if gpus is None:
+        gpus = evalgate_pinned_gpus(candidate)
     return EvalgateCapacityInput(name, requests, tokens, tokens_source, rate, rate_source, gpus)
 
 

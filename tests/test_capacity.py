@@ -138,6 +138,17 @@ def test_target_hours_gives_the_replicas_needed(capsys: Capsys) -> None:
     assert "--target-hours: must be a finite number > 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "key"),
+    [("--replicas", "0", "--replicas"), ("--gpus-per-replica", "0", "GPUs per replica")],
+)
+def test_zero_is_refused_never_read_as_the_default(
+    option: str, value: str, key: str, capsys: Capsys
+) -> None:
+    assert main(["plan", *SEED, option, value]) == 4
+    assert f"{key}: must be a finite number > 0, got 0\n" in capsys.readouterr().err
+
+
 def test_replicas_and_target_hours_exclude_each_other(capsys: Capsys) -> None:
     with pytest.raises(SystemExit) as caught:
         main(["plan", *SEED, "--replicas", "2", "--target-hours", "1"])

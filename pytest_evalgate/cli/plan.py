@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
-    from pytest_evalgate.capacity import EvalgateCapacityPlan, EvalgateMeasured
+    from pytest_evalgate.capacity import (
+        EvalgateCapacityInput,
+        EvalgateCapacityPlan,
+        EvalgateMeasured,
+    )
+    from pytest_evalgate.capacity_store import EvalgateAssumptions
     from pytest_evalgate.manifest import EvalgateManifest
 
 _NO_SUITE_NAME = "run"  # the one pseudo-candidate of a plan without a suite
@@ -58,7 +63,7 @@ def _plan(args: argparse.Namespace) -> bool:
     measured, inputs = _plan_inputs(args)
     plans = []
     for given in inputs:
-        replicas = args.replicas or 1
+        replicas = 1 if args.replicas is None else args.replicas
         if args.target_hours is not None:
             whole = evalgate_capacity_plan(given, 1)
             replicas = evalgate_replicas_for(whole.replica_s, args.target_hours * 3600.0)
@@ -73,7 +78,7 @@ def _plan(args: argparse.Namespace) -> bool:
 
 def _plan_inputs(
     args: argparse.Namespace,
-) -> tuple[dict[str, EvalgateMeasured], list[Any]]:
+) -> tuple[dict[str, EvalgateMeasured], list[EvalgateCapacityInput]]:
     from pytest_evalgate.capacity_store import EvalgateAssumptions
 
     assume = EvalgateAssumptions(
@@ -91,7 +96,7 @@ def _plan_inputs(
     return measured, inputs
 
 
-def _stated_input(assume: Any) -> Any:
+def _stated_input(assume: EvalgateAssumptions) -> EvalgateCapacityInput:
     from pytest_evalgate.capacity import EvalgateCapacityInput
     from pytest_evalgate.errors import EvalgateConfigError
 
@@ -103,7 +108,9 @@ def _stated_input(assume: Any) -> Any:
         if value is None:
             reason = "required without a SUITE (nothing to measure from)"
             raise EvalgateConfigError("command line", option, reason)
-    gpus = assume.gpus_per_replica or 1
+    assert assume.requests is not None and assume.tokens_per_request is not None
+    assert assume.tokens_per_s is not None  # (checked just above; for the type checker)
+    gpus = 1 if assume.gpus_per_replica is None else assume.gpus_per_replica
     return EvalgateCapacityInput(
         _NO_SUITE_NAME, assume.requests, assume.tokens_per_request, "assumed",
         assume.tokens_per_s, "assumed", gpus,
@@ -122,7 +129,7 @@ def _candidates(manifest: EvalgateManifest, chosen: list[str]) -> list[str]:
 
 
 def _measure(
-    store: str, manifest: EvalgateManifest, names: list[str], assume: Any
+    store: str, manifest: EvalgateManifest, names: list[str], assume: EvalgateAssumptions
 ) -> dict[str, EvalgateMeasured]:
     if assume.tokens_per_request is not None and assume.tokens_per_s is not None:
         return {}  # everything stated: the store is not read
