@@ -21,8 +21,10 @@ from pytest_evalgate.capacity import (
     evalgate_measure,
     evalgate_replicas_for,
 )
+from pytest_evalgate.capacity_store import evalgate_pinned_gpus
 from pytest_evalgate.cli import main
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest import EvalgateCandidate
 
 Capsys = pytest.CaptureFixture[str]
 SEED = ["--items", "40000", "--assume-output-tokens", "600", "--tokens-per-s", "3000"]
@@ -204,3 +206,19 @@ def test_a_suite_with_nothing_stored_names_the_candidate_and_the_option(
     assert "--candidate: no candidate 'nobody' in the suite (known: candidate)" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("pins", "gpus"),
+    [
+        ({}, 1),
+        ({"tensor_parallel": 4}, 4),
+        ({"tensor_parallel": 4, "pipeline_parallel": 2}, 8),
+        ({"tensor_parallel": "4"}, 1),  # not an integer: not guessed at
+        ({"tensor_parallel": True}, 1),
+        ({"tensor_parallel": 0, "pipeline_parallel": 3}, 3),
+    ],
+)
+def test_gpus_per_replica_come_from_the_pins(pins: dict[str, object], gpus: int) -> None:
+    candidate = EvalgateCandidate("c", "m", ("http://x/v1",), None, pins, "c-key")
+    assert evalgate_pinned_gpus(candidate) == gpus

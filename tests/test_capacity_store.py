@@ -123,3 +123,11 @@ def test_plan_text_names_where_each_figure_came_from(
     )
     assert lines[3] == "  one replica: 0.16 s; 4.444e-05 GPU-hours"
     assert lines[4] == "  wall time on 1 replica(s): 0.16 s"
+    # each figure on its own: stated tokens per request, the stored rate
+    argv = ["plan", str(suite), "--store", str(store), "--assume-output-tokens", "10", "--json"]
+    assert main(argv) == 0
+    (row,) = json.loads(capsys.readouterr().out)["candidates"]
+    assert (row["tokens_source"], row["output_tokens"]) == ("assumed", 40.0)
+    assert row["rate_source"].startswith("measured: 16 tokens over ")
+    assert row["replica_s"] == pytest.approx(40.0 / row["tokens_per_s"])
+    assert row["measured"]["output_tokens"] == 16
