@@ -9,6 +9,8 @@ Contracts (``docs/capacity.md`` writes them out with the seed's example):
   **GPU-hours** are replica-seconds x GPUs per replica / 3600.
 - **Wall time on N replicas** is replica-seconds / N: replicas are assumed to scale linearly and
   the run's concurrency to keep all of them at that rate.
+- **Still to run**: the requests without a stored answer (a run resumes: stored answers, the
+  baseline's included, are reused), with their share of tokens and replica-seconds.
 - **Replicas for a target wall time** T: the smallest N with replica-seconds / N <= T, i.e.
   ``ceil(replica_seconds / T)``, at least 1.
 - The **measured rate** of a stored run is its output tokens over its busy time, the length of
@@ -95,6 +97,14 @@ def evalgate_capacity_plan(given: EvalgateCapacityInput, replicas: int) -> Evalg
     replica_s = tokens / given.tokens_per_s
     gpu_hours = replica_s * given.gpus_per_replica / EVALGATE_SECONDS_PER_HOUR
     return EvalgateCapacityPlan(given, tokens, replica_s, gpu_hours, replicas, replica_s / replicas)
+
+
+def evalgate_still_to_run(plan: EvalgateCapacityPlan, stored: int) -> tuple[int, float, float]:
+    """(requests, output tokens, replica-seconds) that the next run still sends when ``stored``
+    identities already have an answer: those are reused (a run resumes), the rest are asked."""
+    requests = max(0, plan.given.requests - stored)
+    tokens = requests * plan.given.tokens_per_request
+    return requests, tokens, tokens / plan.given.tokens_per_s
 
 
 def evalgate_replicas_for(replica_s: float, target_s: float) -> int:

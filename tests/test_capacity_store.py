@@ -90,6 +90,7 @@ def test_plan_agrees_with_a_hand_computation_from_the_stored_run(
         assert row["gpu_hours"] == pytest.approx(busy / 3600)
         e2e = sum(record["timing"]["e2e_s"] for record in records)
         assert row["measured"]["e2e_total_s"] == pytest.approx(e2e)
+        assert row["next_run"] == {"requests": 0, "output_tokens": 0.0, "replica_s": 0.0}
     # the two candidates really differ, so the comparison is not vacuous
     assert plan["candidate"]["tokens_per_request"] > plan["baseline"]["tokens_per_request"]
     lengths = {r["usage"]["completion_tokens"] for r in stored["candidate"]}
@@ -104,30 +105,35 @@ def test_plan_text_names_where_each_figure_came_from(
         policy=SINGLE,
     ).parent  # fmt: skip
     store = pytester.path / "store"
-    result = pytester.runpytest(
-        "--evalgate", "suite", f"--evalgate-store={store}", "-p", "no:cacheprovider"
-    )
+    result = pytester.runpytest(  # half the suite: the plan counts what is still to run
+        "--evalgate", "suite", f"--evalgate-store={store}", "-p", "no:cacheprovider",
+        "-k", "alpha-000 or alpha-001",
+    )  # fmt: skip
     assert "errors" not in result.parseoutcomes(), result.stdout.str()
     capsys.readouterr()
     argv = ["plan", str(suite), "--store", str(store), "--tokens-per-s", "100"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    # 4 answers of exactly 4 tokens each (output_tokens=4, no jitter)
+    # 2 stored answers of exactly 4 tokens each (output_tokens=4, no jitter), of 4 cases
     assert lines[0] == (
-        "candidate: 4 requests x 4 output tokens (measured over 4 stored answers)"
+        "candidate: 4 requests x 4 output tokens (measured over 2 stored answers)"
         " = 16 output tokens"
     )
     assert lines[1] == "  rate: 100 output tokens/s per replica (assumed), 1 GPU(s) per replica"
     assert lines[2].startswith("  per request: 0.0") and lines[2].endswith(
         " s end to end (stored mean)"
     )
-    assert lines[3] == "  one replica: 0.16 s; 4.444e-05 GPU-hours"
-    assert lines[4] == "  wall time on 1 replica(s): 0.16 s"
+    assert lines[3] == (
+        "  stored: 2 answered; the next run sends 2 (8 output tokens, 0.08 s on one replica)"
+    )
+    assert lines[4] == "  one replica: 0.16 s; 4.444e-05 GPU-hours"
+    assert lines[5] == "  wall time on 1 replica(s): 0.16 s"
     # each figure on its own: stated tokens per request, the stored rate
     argv = ["plan", str(suite), "--store", str(store), "--assume-output-tokens", "10", "--json"]
     assert main(argv) == 0
     (row,) = json.loads(capsys.readouterr().out)["candidates"]
     assert (row["tokens_source"], row["output_tokens"]) == ("assumed", 40.0)
-    assert row["rate_source"].startswith("measured: 16 tokens over ")
+    assert row["rate_source"].startswith("measured: 8 tokens over ")
     assert row["replica_s"] == pytest.approx(40.0 / row["tokens_per_s"])
-    assert row["measured"]["output_tokens"] == 16
+    assert row["measured"]["output_tokens"] == 8
+    assert row["next_run"]["requests"] == 2 and row["next_run"]["output_tokens"] == 20.0

@@ -164,6 +164,8 @@ def _plan_lines(
 def _candidate_lines(
     plan: EvalgateCapacityPlan, measured: EvalgateMeasured | None, target_hours: float | None
 ) -> list[str]:
+    from pytest_evalgate.capacity import evalgate_still_to_run
+
     given = plan.given
     lines = [
         f"{given.name}: {given.requests:,} requests x {_count(given.tokens_per_request)} output "
@@ -173,6 +175,12 @@ def _candidate_lines(
     ]
     if measured is not None and measured.records:
         lines.append(f"  per request: {measured.e2e_mean_s:.3f} s end to end (stored mean)")
+    if measured is not None:
+        requests, tokens, seconds = evalgate_still_to_run(plan, measured.records)
+        lines.append(
+            f"  stored: {measured.records:,} answered; the next run sends {requests:,} "
+            f"({_count(tokens)} output tokens, {_duration(seconds)} on one replica)"
+        )
     lines.append(f"  one replica: {_duration(plan.replica_s)}; {plan.gpu_hours:.4g} GPU-hours")
     if target_hours is not None:
         lines.append(f"  replicas for {target_hours:g} h: {plan.replicas}")
@@ -195,6 +203,7 @@ def _plan_document(
 def _plan_row(plan: EvalgateCapacityPlan, seen: EvalgateMeasured | None) -> dict[str, Any]:
     given = plan.given
     return {
+        "next_run": None if seen is None else _next_run_document(plan, seen),
         "name": given.name, "requests": given.requests,
         "tokens_per_request": given.tokens_per_request, "tokens_source": given.tokens_source,
         "output_tokens": plan.output_tokens, "tokens_per_s": given.tokens_per_s,
@@ -202,6 +211,13 @@ def _plan_row(plan: EvalgateCapacityPlan, seen: EvalgateMeasured | None) -> dict
         "replica_s": plan.replica_s, "gpu_hours": plan.gpu_hours, "replicas": plan.replicas,
         "wall_s": plan.wall_s, "measured": None if seen is None else _measured_document(seen),
     }  # fmt: skip
+
+
+def _next_run_document(plan: EvalgateCapacityPlan, seen: EvalgateMeasured) -> dict[str, Any]:
+    from pytest_evalgate.capacity import evalgate_still_to_run
+
+    requests, tokens, seconds = evalgate_still_to_run(plan, seen.records)
+    return {"requests": requests, "output_tokens": tokens, "replica_s": seconds}
 
 
 def _measured_document(seen: EvalgateMeasured) -> dict[str, Any]:
