@@ -100,6 +100,26 @@ def test_transient_errors_are_counted_never_retried_and_end_the_sweep(
     assert err == "evalgate probe: probe: no level answered cleanly: nothing to recommend\n"
 
 
+def test_a_suite_s_cases_and_no_plateau_recommend_the_top_level(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_suite(tmp_path / "s", {"candidate": "simulated://"}, cases=make_cases(["a"], 3))
+    with evalgate_spawn_simulator(EvalgateSimConfig(latency_ms=20.0), None) as sim:
+        argv = [sim.base_url, "--model", "m", "--suite", str(path.parent), "--rounds", "2"]
+        status = main(["probe", *argv, "--max-concurrency", "2"])
+        stats = sim.stats()
+    out, _ = capsys.readouterr()
+    assert status == 0
+    assert "; 3 prompt(s) from suite test-suite (cases); 2 x concurrency requests" in out
+    assert _rows(out) == [(1, 2, 0), (2, 4, 0)] and stats["requests_total"] == 6
+    lines = out.splitlines()
+    assert lines[-3] == "no knee up to 2 in flight: throughput still grew; probe higher to find it"
+    assert (
+        lines[-2].startswith("at 2 in flight: ") and "(evalgate plan --tokens-per-s " in lines[-2]
+    )
+    assert out.endswith("recommended budget.max_concurrency: 2\n")
+
+
 def test_bad_options_are_usage_errors_before_any_request(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
