@@ -113,8 +113,8 @@ def evalgate_run_probe(
     bodies: Sequence[dict[str, Any]],
     on_level: Callable[[EvalgateProbeLevel], None] | None = None,
 ) -> list[EvalgateProbeLevel]:
-    """Sweep ``settings.levels`` in order; returns the levels measured (the sweep stops after the
-    first level that is not clean)."""
+    """Sweep ``settings.levels`` in order and refine (module docstring, "Order"); returns every
+    level measured, in the order measured."""
     if not bodies:
         raise ValueError("a probe needs at least one request body")
     return asyncio.run(_sweep(settings, list(bodies), on_level))

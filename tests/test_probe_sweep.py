@@ -121,14 +121,16 @@ def test_a_suite_s_cases_and_no_plateau_recommend_the_top_level(
 
 
 def test_bad_options_are_usage_errors_before_any_request(
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    suite = write_suite(tmp_path / "s", {"candidate": "simulated://"}).parent
     port_9 = "http://127.0.0.1:9/v1"  # discard: nothing listens, nothing may be sent anyway
     for argv, message in (
         (["simulated://?service_slots=16"], "BASE_URL: must be an http:// or https:// URL"),
         ([port_9, "--levels", "4,2"], "--levels: want ascending positive integers"),
         ([port_9, "--max-concurrency", "0"], "--max-concurrency: must be > 0, got 0"),
         ([port_9, "--api-key-env", "EVALGATE_NO_SUCH"], "no variable EVALGATE_NO_SUCH"),
+        ([port_9, "--suite", str(suite), "--api", "completions"], "are for api: chat, not"),
     ):
         assert main(["probe", *argv, "--model", "m"]) == 4, argv
         out, err = capsys.readouterr()

@@ -34,7 +34,9 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--level-seconds", type=float, default=30.0, help="time cap a level (30)")
     parser.add_argument("--timeout-s", type=float, default=60.0, help="per request (60)")
-    parser.add_argument("--api", choices=("chat", "completions"), help="default: chat or suite's")
+    parser.add_argument(
+        "--api", choices=("chat", "completions"), help="default: the suite's, else chat"
+    )
     parser.add_argument("--max-tokens", type=int, help="override the prompts' max_tokens")
     parser.add_argument("--api-key-env", help="NAME of the env var holding the API key")
     parser.add_argument("--no-stream", action="store_true", help="non-streamed requests")
@@ -118,9 +120,14 @@ def _probe_bodies(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], 
     from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
+    if args.api is not None and args.api != manifest.api:
+        from pytest_evalgate.errors import EvalgateConfigError
+
+        reason = f"the suite's prompts are for api: {manifest.api}, not {args.api}"
+        raise EvalgateConfigError("command line", "--api", reason)
     what = "perf prompts" if manifest.perf is not None else "cases"
     source = f"suite {manifest.suite} ({what})"
-    return args.api or manifest.api, evalgate_suite_bodies(manifest, args.max_tokens), source
+    return manifest.api, evalgate_suite_bodies(manifest, args.max_tokens), source
 
 
 def _check_probe_args(args: argparse.Namespace) -> None:
