@@ -275,7 +275,7 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
         "override", "serve", "shard-plan", "k8s", "registry", "admission", "canary", "canary-scan",
-        "trend",
+        "trend", "plan", "probe",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

@@ -22,6 +22,7 @@ PURE = {
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
     "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
 }  # fmt: skip
+PURE |= {"capacity", "capacity_store", "probe", "probe_load"}  # issue 16 part B
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
 # sandbox's interpreter (``python3 -I -c SOURCE``) and must name ``SystemExit`` to report it.

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pytest_evalgate.cli.admission import evalgate_admission_commands
 from pytest_evalgate.cli.attest import evalgate_attest_commands
 from pytest_evalgate.cli.canary import evalgate_canary_commands
+from pytest_evalgate.cli.capacity import evalgate_capacity_commands
 from pytest_evalgate.cli.command import (
     EVALGATE_EXIT_FAIL,
     EVALGATE_EXIT_PASS,
@@ -64,6 +65,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_canary_commands(),
         *evalgate_contamination_commands(),
         *evalgate_trend_commands(),
+        *evalgate_capacity_commands(),
     )
 
 
