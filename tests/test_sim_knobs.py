@@ -28,6 +28,7 @@ KNOBS = (
     "service_slots",
     "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
+    "fault",  # issue 19: misbehaving answers
 )  # fmt: skip
 
 

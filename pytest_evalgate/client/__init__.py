@@ -19,17 +19,31 @@ Retry policy (at most ``endpoint.max_attempts`` attempts):
   ``timeout_s`` and HTTP 408 (``timeout``), 429 (``rate_limited``, the limiter halves its limit),
   500/502/503/504 (``server_error``), and a 200 that is not valid JSON or has no ``choices``
   (``malformed_response``, retried once only: a server that answers garbage twice will again);
+  a 200 that carries an ``error`` object (``server_error``, with the server's message), and a
+  cut-off answer (``truncated``): a stream that ended with neither ``finish_reason`` nor
+  ``[DONE]``, or a body shorter than its ``Content-Length``;
 - permanent, not retried: 429 with code ``insufficient_quota`` (``rate_limited``, fatal),
-  400/404/422 (``bad_request``, fatal), 401/403 (``auth``, fatal), other 4xx (``bad_request``)
-  and other 5xx (``server_error``), and ``finish_reason == "content_filter"`` (``content_filter``).
+  400/404/422 (``bad_request``, fatal), 401/403 (``auth``, fatal), any 3xx (``redirect``,
+  fatal: redirects are never followed), other 4xx (``bad_request``) and other 5xx
+  (``server_error``), ``finish_reason == "content_filter"`` (``content_filter``), and an answer
+  far longer than its ``max_tokens`` allows (``oversize``: reading stops at the cap of
+  ``client.checks``, the output kept is cut there).
+
+Implausible ``usage`` (``client.checks.evalgate_usage_flag``) is flagged, not trusted: the
+result's token counts are None and ``usage_flag`` says why. Every message and every answer text
+leaves the client through ``client.redact.evalgate_redact``: the values of the configured key
+variables (each endpoint's key is registered when the client first sees the endpoint) and any
+``Bearer <token>`` never reach a record, a log or a terminal.
 
 The wait before attempt n+1 is full jitter, ``uniform(0, min(30, 0.5 * 2**(n-1)))`` seconds from
 a seeded ``random.Random``, raised to at least the server's hint: ``Retry-After`` (seconds or an
 HTTP date), ``retry-after-ms``, and on a 429 ``x-ratelimit-reset-requests`` /
 ``x-ratelimit-reset-tokens`` (Go durations such as ``1s``, ``6m0s``, ``20ms``) for each kind whose
 ``x-ratelimit-remaining-*`` is 0 or absent (OpenAI sends the reset headers on every response,
-also for the limit that was not hit). Hints are capped at 600 s to keep runs bounded. While it
-waits, the request holds no concurrency slot.
+also for the limit that was not hit). Hints are capped at 600 s
+(``client.checks.EVALGATE_HINT_CAP_S``) to keep runs bounded; a wait of 10 s or more is logged
+(``log``) when it starts, with the hint and the cap. While it waits, the request holds no
+concurrency slot.
 
 Timings are defined in ``docs/timings.md``.
 """
@@ -37,21 +51,50 @@ Timings are defined in ``docs/timings.md``.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import itertools
 import json
 import random
-import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.client.checks import (
+    EVALGATE_HINT_CAP_S,
+    EvalgateCaps,
+    evalgate_caps,
+    evalgate_classify_status,
+    evalgate_error_detail,
+    evalgate_parse_duration,
+    evalgate_retry_hint,
+    evalgate_usage_flag,
+)
+from pytest_evalgate.client.read import (
+    EvalgateAttempt,
+    evalgate_read_stream,
+    evalgate_read_whole,
+)
+from pytest_evalgate.client.redact import (
+    evalgate_add_secret,
+    evalgate_redact,
+    evalgate_redact_optional,
+)
+from pytest_evalgate.errors import EvalgateAnswerError, EvalgateConfigError
 
 if TYPE_CHECKING:  # only the type: the limiter object is the caller's
     from pytest_evalgate.budget import EvalgateLimiter
+
+__all__ = [
+    "EVALGATE_ERROR_CATEGORIES",
+    "EvalgateCallError",
+    "EvalgateCallResult",
+    "EvalgateClient",
+    "EvalgateEndpoint",
+    "evalgate_parse_duration",
+    "evalgate_retry_hint",
+]
 
 EVALGATE_ERROR_CATEGORIES = (
     "timeout",
@@ -62,16 +105,15 @@ EVALGATE_ERROR_CATEGORIES = (
     "bad_request",
     "malformed_response",
     "content_filter",
+    "truncated",
+    "oversize",
+    "redirect",
 )
 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
-_HINT_CAP_S = 600.0
+_HINT_LOG_S = 10.0
 _MESSAGE_MAX = 300
-_TRANSIENT_5XX = frozenset({500, 502, 503, 504})
-_FATAL_BAD_REQUEST = frozenset({400, 404, 422})
-_GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|ns)")
-_GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
 
@@ -110,6 +152,7 @@ class EvalgateCallResult:
 
     ``error`` is None for an answer. With ``error`` set the identity has no result; ``output``
     and the timings may still describe the last attempt (a content-filtered answer, say).
+    ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
     """
 
     output: str | None
@@ -124,22 +167,7 @@ class EvalgateCallResult:
     attempts: int
     error: EvalgateCallError | None
     sent_at: float
-
-
-@dataclass
-class _Attempt:
-    """What one attempt produced; mutable while the response is read, private to this module."""
-
-    sent: float
-    output: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    content_times: list[float] = field(default_factory=list)
-    end: float = 0.0
-    error: EvalgateCallError | None = None
-    retry: bool = False
-    hint_s: float = 0.0
+    usage_flag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,22 +179,27 @@ class _Request:
     payload: bytes
     identity: str
     est_tokens: int
-
-
-class _Malformed(Exception):
-    """The body of a 200 response is not an OpenAI-shaped answer."""
+    caps: EvalgateCaps
 
 
 class EvalgateClient:
     """Sends requests for one process through one aiohttp session under ``limiter``.
 
     Create and use it inside one running event loop; call ``aclose`` when done.
-    ``rng_seed`` seeds the backoff jitter so that a run's retry schedule is reproducible.
+    ``rng_seed`` seeds the backoff jitter so that a run's retry schedule is reproducible;
+    ``log`` receives one line when a long server-asked wait starts.
     """
 
-    def __init__(self, limiter: EvalgateLimiter, *, rng_seed: int | None = None) -> None:
+    def __init__(
+        self,
+        limiter: EvalgateLimiter,
+        *,
+        rng_seed: int | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self._limiter = limiter
         self._rng = random.Random(rng_seed)
+        self._log = log
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[EvalgateEndpoint, dict[str, str]] = {}
 
@@ -201,7 +234,9 @@ class EvalgateClient:
         usage is known. ``scheduled_at`` (a ``time.time()`` value) makes ``queued_s`` count from
         the schedule, as open-loop load needs.
         """
-        request = _Request(endpoint, _url(endpoint), _payload(endpoint, body), identity, est_tokens)
+        payload = _payload(endpoint, body)
+        caps = evalgate_caps(body, len(payload))
+        request = _Request(endpoint, _url(endpoint), payload, identity, est_tokens, caps)
         entered = time.perf_counter()
         queued = 0.0
         malformed = 0
@@ -216,17 +251,25 @@ class EvalgateClient:
             malformed += done.error is not None and done.error.category == "malformed_response"
             if not (done.retry and attempt < endpoint.max_attempts and malformed < 2):
                 return _result(done, queued, attempt, sent_at)
-            await asyncio.sleep(self._backoff(attempt, done.hint_s))
+            await asyncio.sleep(self._backoff(request, attempt, done.hint_s))
 
-    def _feedback(self, done: _Attempt) -> None:
+    def _feedback(self, done: EvalgateAttempt) -> None:
         if done.error is None or done.error.category == "content_filter":
             self._limiter.on_success()
         elif done.error.category == "rate_limited":
             self._limiter.on_rate_limited()
 
-    def _backoff(self, attempt: int, hint_s: float) -> float:
+    def _backoff(self, request: _Request, attempt: int, hint_s: float) -> float:
         ceiling = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2.0 ** (attempt - 1))
-        return max(self._rng.uniform(0.0, ceiling), min(hint_s, _HINT_CAP_S))
+        wait = max(self._rng.uniform(0.0, ceiling), min(hint_s, EVALGATE_HINT_CAP_S))
+        if hint_s >= _HINT_LOG_S and self._log is not None:
+            over = hint_s > EVALGATE_HINT_CAP_S
+            capped = f" (capped at {EVALGATE_HINT_CAP_S:g} s)" if over else ""
+            self._log(
+                f"evalgate: {request.identity}: the endpoint asked to wait {hint_s:.0f} s;"
+                f" waiting {wait:.0f} s{capped} before attempt {attempt + 1}"
+            )
+        return wait
 
     def _base_headers(self, endpoint: EvalgateEndpoint) -> dict[str, str]:
         headers = self._headers.get(endpoint)
@@ -234,6 +277,7 @@ class EvalgateClient:
             headers = {"Content-Type": "application/json"}
             if endpoint.api_key:
                 headers["Authorization"] = f"Bearer {endpoint.api_key}"
+                evalgate_add_secret(endpoint.api_key)
             self._headers[endpoint] = headers
         return headers
 
@@ -243,49 +287,63 @@ class EvalgateClient:
         headers["x-evalgate-attempt"] = str(attempt)
         return headers
 
-    async def _attempt(self, request: _Request, attempt: int) -> _Attempt:
+    async def _attempt(self, request: _Request, attempt: int) -> EvalgateAttempt:
         """One attempt in the slot ``call`` acquired; frees the slot (with the real usage)
         however the attempt ends, and feeds 429s and successes back to the limiter.
 
         Deliberately one coroutine (no nested helpers for the common path): every nesting
         level is resumed again on each network event, which the benchmark showed as CPU.
+        Redirects are never followed (``allow_redirects=False``): a 3xx is an error.
         """
         endpoint = request.endpoint
         headers = self._headers_for(request, attempt)
-        done = _Attempt(sent=time.perf_counter())
+        done = EvalgateAttempt(sent=time.perf_counter())
         try:
             async with (
                 asyncio.timeout(endpoint.timeout_s),
-                self._get_session().post(request.url, data=request.payload, headers=headers) as rsp,
+                self._get_session().post(
+                    request.url, data=request.payload, headers=headers, allow_redirects=False
+                ) as rsp,
             ):
                 if rsp.status != 200:
                     await _read_failure(rsp, done)
                 elif endpoint.stream:
-                    await _read_stream(rsp, endpoint.api, done)
+                    await evalgate_read_stream(rsp, endpoint.api, request.caps, done)
                 else:
-                    _read_whole(await rsp.read(), endpoint.api, done)
+                    await evalgate_read_whole(rsp, endpoint.api, request.caps, done)
                 done.end = time.perf_counter()
         except TimeoutError:
             _fail(done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True)
+        except aiohttp.ClientPayloadError as exc:
+            _fail(done, "truncated", 200, f"the body ended before its end: {exc}", True)
         except (aiohttp.ClientError, OSError) as exc:
-            _fail(done, "connection", None, _short(f"{type(exc).__name__}: {exc}"), True)
-        except _Malformed as exc:
-            _fail(done, "malformed_response", 200, _short(str(exc)), True)
-        except _StreamError as exc:
-            _fail(done, "server_error", 200, str(exc), True)
+            _fail(done, "connection", None, f"{type(exc).__name__}: {exc}", True)
+        except EvalgateAnswerError as exc:
+            _fail(done, exc.category, 200, exc.message, exc.retry)
         finally:
+            _check_usage(done, request.caps)
             self._limiter.release(request.est_tokens, _used(done))
         _settle(done)
         self._feedback(done)
         return done
 
 
-def _settle(done: _Attempt) -> None:
+def _settle(done: EvalgateAttempt) -> None:
     """Stamp the end of a failed attempt; turn a content-filtered answer into its error."""
     if not done.end:
         done.end = time.perf_counter()
     if done.finish_reason == "content_filter" and done.error is None:
         _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
+
+
+def _check_usage(done: EvalgateAttempt, caps: EvalgateCaps) -> None:
+    """Implausible usage is flagged and dropped, never kept as a fact."""
+    if done.prompt_tokens is None and done.completion_tokens is None:
+        return
+    flag = evalgate_usage_flag(done.prompt_tokens, done.completion_tokens, done.output, caps)
+    if flag is not None:
+        done.usage_flag = flag
+        done.prompt_tokens = done.completion_tokens = None
 
 
 def _url(endpoint: EvalgateEndpoint) -> str:
@@ -309,7 +367,7 @@ def _queued(entered: float, scheduled_at: float | None) -> float:
     return time.perf_counter() - entered
 
 
-def _used(done: _Attempt) -> int | None:
+def _used(done: EvalgateAttempt) -> int | None:
     if done.prompt_tokens is None or done.completion_tokens is None:
         return None
     return done.prompt_tokens + done.completion_tokens
@@ -320,25 +378,29 @@ def _short(text: str) -> str:
 
 
 def _fail(
-    done: _Attempt,
+    done: EvalgateAttempt,
     category: str,
     status: int | None,
     message: str,
     retry: bool = False,
     fatal: bool = False,
 ) -> None:
-    done.error = EvalgateCallError(category, status, message, fatal)
+    """The attempt's error; its message is redacted, then cut short (in that order, so that a
+    cut can not leave half a secret behind)."""
+    done.error = EvalgateCallError(category, status, _short(evalgate_redact(message)), fatal)
     done.retry = retry
 
 
-def _result(done: _Attempt, queued: float, attempts: int, sent_at: float) -> EvalgateCallResult:
+def _result(
+    done: EvalgateAttempt, queued: float, attempts: int, sent_at: float
+) -> EvalgateCallResult:
     times = done.content_times
     tokens = done.completion_tokens
     tpot = None
     if tokens is not None and tokens >= 2 and len(times) >= 2:
         tpot = (times[-1] - times[0]) / (tokens - 1)
     return EvalgateCallResult(
-        output=done.output,
+        output=evalgate_redact_optional(done.output),
         finish_reason=done.finish_reason,
         prompt_tokens=done.prompt_tokens,
         completion_tokens=tokens,
@@ -350,222 +412,22 @@ def _result(done: _Attempt, queued: float, attempts: int, sent_at: float) -> Eva
         attempts=attempts,
         error=done.error,
         sent_at=sent_at,
+        usage_flag=done.usage_flag,
     )
-
-
-# --- reading answers -------------------------------------------------------------------------
-
-
-def _read_whole(raw: bytes, api: str, done: _Attempt) -> None:
-    """A non-streaming 200: output, finish reason and usage from one JSON body."""
-    obj = _loads(raw)
-    choice = _first_choice(obj)
-    if choice is None:
-        raise _Malformed("the 200 response has no choices")
-    message = choice.get("message") if api == "chat" else None
-    text = message.get("content") if isinstance(message, dict) else choice.get("text")
-    done.output = text if isinstance(text, str) else None
-    done.finish_reason = choice.get("finish_reason")
-    _take_usage(obj.get("usage"), done)
-
-
-async def _read_stream(response: aiohttp.ClientResponse, api: str, done: _Attempt) -> None:
-    """A streaming 200: SSE ``data:`` lines parsed by hand.
-
-    Whole network reads are split into lines here rather than awaiting ``readline`` per line:
-    profiled on ``bench/client_overhead.py`` this made reading a stream 2.2 times cheaper.
-    Every chunk of one read is stamped with that read's arrival time, which is when the client
-    could first have seen it.
-    """
-    sse = _Sse(done, "delta" if api == "chat" else None)
-    async for data in response.content.iter_any():
-        if sse.feed(data, time.perf_counter()):
-            break
-    sse.feed(b"\n", time.perf_counter())  # a last line without its newline
-    if not sse.chunks:
-        raise _Malformed("the stream held no chunk with choices")
-    done.output = "".join(sse.parts)
-    if done.completion_tokens is None:
-        done.completion_tokens = len(done.content_times)
-
-
-class _Sse:
-    """The state of one SSE stream being folded into an ``_Attempt``."""
-
-    def __init__(self, done: _Attempt, key: str | None) -> None:
-        self.done = done
-        self.key = key
-        self.parts: list[str] = []
-        self.chunks = 0
-        self.finished = False
-        self.tail = b""
-
-    def feed(self, data: bytes, now: float) -> bool:
-        """Take the complete lines of ``tail + data``; True once ``[DONE]`` has been seen."""
-        lines = (self.tail + data).split(b"\n")
-        self.tail = lines.pop()
-        for line in lines:
-            if self.finished or not line.startswith(b"data:"):
-                continue  # blank separators, comments, ``event:`` lines, bytes after [DONE]
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                self.finished = True
-            else:
-                self.chunks += self.take(_loads(payload), now)
-        return self.finished
-
-    def take(self, obj: dict[str, Any], now: float) -> int:
-        """Fold one chunk in; return 1 if it carried choices."""
-        if "error" in obj:
-            raise _StreamError(_error_text(obj))
-        _take_usage(obj.get("usage"), self.done)
-        choice = _first_choice(obj)
-        if choice is None:
-            return 0
-        holder = choice.get(self.key) if self.key else choice
-        text = holder.get("content" if self.key else "text") if isinstance(holder, dict) else None
-        if text:
-            self.done.content_times.append(now)
-            self.parts.append(text)
-        if choice.get("finish_reason"):
-            self.done.finish_reason = choice["finish_reason"]
-        return 1
-
-
-class _StreamError(Exception):
-    """The server reported an error inside a 200 stream (vLLM does on an engine failure)."""
-
-
-def _loads(raw: bytes) -> dict[str, Any]:
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise _Malformed(f"not valid JSON: {raw[:80]!r}") from None
-    if not isinstance(obj, dict):
-        raise _Malformed(f"expected a JSON object, got {type(obj).__name__}")
-    return obj
-
-
-def _first_choice(obj: dict[str, Any]) -> dict[str, Any] | None:
-    choices = obj.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        return choices[0]
-    return None
-
-
-def _take_usage(usage: Any, done: _Attempt) -> None:
-    if isinstance(usage, dict):
-        done.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-        done.completion_tokens = _int_or_none(usage.get("completion_tokens"))
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # --- classifying failures --------------------------------------------------------------------
 
 
-async def _read_failure(response: aiohttp.ClientResponse, done: _Attempt) -> None:
+async def _read_failure(response: aiohttp.ClientResponse, done: EvalgateAttempt) -> None:
     """A non-200 response: category, retry decision and wait hint from status, body, headers."""
     status = response.status
-    message, code, kind = _error_detail(await response.content.read(65536))
-    message = _short(f"HTTP {status}" + (f": {message}" if message else ""))
-    category, retry, fatal = _classify_status(status, "insufficient_quota" in (code, kind))
+    message, code, kind = evalgate_error_detail(await response.content.read(65536))
+    if 300 <= status < 400:
+        where = response.headers.get("Location", "nowhere")
+        message = f"redirect to {where} not followed (an endpoint's redirects never are)"
+    message = f"HTTP {status}" + (f": {message}" if message else "")
+    category, retry, fatal = evalgate_classify_status(status, "insufficient_quota" in (code, kind))
     _fail(done, category, status, message, retry, fatal)
     if retry:
         done.hint_s = evalgate_retry_hint(response.headers, rate_limited=status == 429)
-
-
-def _classify_status(status: int, no_quota: bool) -> tuple[str, bool, bool]:
-    """(category, retry, fatal) for a non-200 status; ``no_quota`` marks a permanent 429."""
-    if status == 429:
-        return "rate_limited", not no_quota, no_quota
-    if status in (401, 403):
-        return "auth", False, True
-    if status == 408:
-        return "timeout", True, False
-    if status >= 500:
-        return "server_error", status in _TRANSIENT_5XX, False
-    return "bad_request", False, status in _FATAL_BAD_REQUEST
-
-
-def _error_detail(raw: bytes) -> tuple[str, str | None, str | None]:
-    """(message, code, type) from an OpenAI error body, or the raw text when it is not JSON."""
-    try:
-        obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return raw.decode("utf-8", "replace").strip()[:200], None, None
-    error = obj.get("error") if isinstance(obj, dict) else None
-    if isinstance(error, dict):
-        code, kind = error.get("code"), error.get("type")
-        return str(error.get("message", "")), _str_or_none(code), _str_or_none(kind)
-    if isinstance(error, str):
-        return error, None, None
-    return str(obj)[:200], None, None
-
-
-def _error_text(obj: dict[str, Any]) -> str:
-    error = obj.get("error")
-    text = error.get("message", error) if isinstance(error, dict) else error
-    return _short(f"error inside the stream: {text}")
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def evalgate_retry_hint(headers: Any, *, rate_limited: bool) -> float:
-    """The server's lower bound on the wait before a retry, in seconds (0 when it gives none).
-
-    ``headers`` is a case-insensitive mapping. ``Retry-After`` (delta seconds or an HTTP date)
-    and ``retry-after-ms`` always count; with ``rate_limited`` also ``x-ratelimit-reset-requests``
-    and ``x-ratelimit-reset-tokens`` whose matching ``x-ratelimit-remaining-*`` is 0 or absent.
-    The largest hint wins.
-    """
-    hints = [_retry_after(headers.get("Retry-After")), _millis(headers.get("retry-after-ms"))]
-    if rate_limited:
-        for kind in ("requests", "tokens"):
-            remaining = headers.get(f"x-ratelimit-remaining-{kind}")
-            if remaining is None or remaining.strip() in ("0", "0.0"):
-                hints.append(evalgate_parse_duration(headers.get(f"x-ratelimit-reset-{kind}")))
-    return max(hints)
-
-
-def _retry_after(value: str | None) -> float:
-    if not value:
-        return 0.0
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return 0.0
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _millis(value: str | None) -> float:
-    try:
-        return max(0.0, float(value) / 1000.0) if value else 0.0
-    except ValueError:
-        return 0.0
-
-
-def evalgate_parse_duration(value: str | None) -> float:
-    """Seconds in an OpenAI/Go duration such as ``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s``.
-
-    A bare number counts as seconds; anything unparsable gives 0.0 (no hint).
-    """
-    if not value:
-        return 0.0
-    text = value.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    matches = list(_GO_DURATION.finditer(text))
-    if not matches or "".join(m.group(0) for m in matches) != text:
-        return 0.0
-    return sum(float(m.group(1)) * _GO_UNITS[m.group(2)] for m in matches)
