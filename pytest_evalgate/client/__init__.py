@@ -41,7 +41,7 @@ HTTP date), ``retry-after-ms``, and on a 429 ``x-ratelimit-reset-requests`` /
 ``x-ratelimit-reset-tokens`` (Go durations such as ``1s``, ``6m0s``, ``20ms``) for each kind whose
 ``x-ratelimit-remaining-*`` is 0 or absent (OpenAI sends the reset headers on every response,
 also for the limit that was not hit). Hints are capped at 600 s
-(``client.checks.EVALGATE_HINT_CAP_S``) to keep runs bounded; a wait of 10 s or more is logged
+(``client.checks.EVALGATE_HINT_CAP_S``) to keep runs bounded; a hint of 5 s or more is logged
 (``log``) when it starts, with the hint and the cap. While it waits, the request holds no
 concurrency slot.
 
@@ -69,6 +69,7 @@ from pytest_evalgate.client.checks import (
     evalgate_error_detail,
     evalgate_parse_duration,
     evalgate_retry_hint,
+    evalgate_retry_wait,
     evalgate_usage_flag,
 )
 from pytest_evalgate.client.read import (
@@ -112,7 +113,7 @@ EVALGATE_ERROR_CATEGORIES = (
 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
-_HINT_LOG_S = 10.0
+_HINT_LOG_S = 5.0
 _MESSAGE_MAX = 300
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 
@@ -261,7 +262,7 @@ class EvalgateClient:
 
     def _backoff(self, request: _Request, attempt: int, hint_s: float) -> float:
         ceiling = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2.0 ** (attempt - 1))
-        wait = max(self._rng.uniform(0.0, ceiling), min(hint_s, EVALGATE_HINT_CAP_S))
+        wait = evalgate_retry_wait(self._rng.uniform(0.0, ceiling), hint_s)
         if hint_s >= _HINT_LOG_S and self._log is not None:
             over = hint_s > EVALGATE_HINT_CAP_S
             capped = f" (capped at {EVALGATE_HINT_CAP_S:g} s)" if over else ""
@@ -315,7 +316,7 @@ class EvalgateClient:
         except TimeoutError:
             _fail(done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True)
         except aiohttp.ClientPayloadError as exc:
-            _fail(done, "truncated", 200, f"the body ended before its end: {exc}", True)
+            _fail(done, "truncated", 200, f"the body was cut off before its end ({exc})", True)
         except (aiohttp.ClientError, OSError) as exc:
             _fail(done, "connection", None, f"{type(exc).__name__}: {exc}", True)
         except EvalgateAnswerError as exc:

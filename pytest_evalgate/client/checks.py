@@ -13,8 +13,9 @@ Contracts
 - ``evalgate_classify_status`` maps a non-200 status to ``(category, retry, fatal)``;
   a 3xx is ``redirect``: never followed, never retried, and fatal (it would be the same for
   every request, and following it could send the prompt and key to another host).
-- ``evalgate_retry_hint`` reads the server's wait hints; the client caps a hint at
-  ``EVALGATE_HINT_CAP_S``.
+- ``evalgate_retry_hint`` reads the server's wait hints; ``evalgate_retry_wait`` caps a hint at
+  ``EVALGATE_HINT_CAP_S`` (600 s) so that a hostile or broken ``Retry-After`` can not stall a
+  run for longer.
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def evalgate_classify_status(status: int, no_quota: bool) -> tuple[str, bool, bo
     if status >= 500:
         return "server_error", status in _TRANSIENT_5XX, False
     return "bad_request", False, status in _FATAL_BAD_REQUEST
+
+
+def evalgate_retry_wait(jitter_s: float, hint_s: float) -> float:
+    """The wait before a retry: the backoff's jitter, raised to the server's hint, which is
+    capped at ``EVALGATE_HINT_CAP_S``."""
+    return max(jitter_s, min(hint_s, EVALGATE_HINT_CAP_S))
 
 
 def evalgate_error_detail(raw: bytes) -> tuple[str, str | None, str | None]:

@@ -9,8 +9,9 @@ Contracts
   - ``truncate_stream``: a stream that stops after half its tokens, with no finish event and no
     ``[DONE]`` (the HTTP framing itself ends cleanly); a non-streamed request gets
     ``content_length_lie``;
-  - ``content_length_lie``: the whole response sent with a ``Content-Length`` twice its size,
-    then the connection closed;
+  - ``content_length_lie``: a ``Content-Length`` larger than what is sent, then the connection
+    closed: a whole JSON body under twice its length, or the first half of a stream's bytes
+    (no ``[DONE]``) under the length of all of them;
   - ``redirect``: ``307`` to ``http://127.0.0.1:9/...`` (nothing listens there);
   - ``error_in_200``: a 200 whose body (or, streamed, whose first event) is an OpenAI error;
   - ``huge_answer``: far more text than ``max_tokens`` allows (64 characters a token, at least
@@ -97,11 +98,11 @@ def _huge(plan: EvalgateSimPlan, body: Mapping[str, Any]) -> EvalgateSimPlan:
 
 
 def _lie(proto: EvalgateSimProtocol, ctx: EvalgateSimAnswerContext) -> None:
-    if ctx.stream:
+    if ctx.stream:  # the connection dies half-way through a Content-Length-framed stream
         stream = EvalgateSimStream(ctx.kind, ctx.rid, ctx.model, ctx.plan, ctx.usage)
         tokens = ctx.plan.tokens or ("",)
         data = b"".join(stream.token(i, t, None) for i, t in enumerate(tokens)) + stream.tail()
-        proto.send_short(200, "text/event-stream", data, 2 * len(data))
+        proto.send_short(200, "text/event-stream", data[: len(data) // 2], len(data))
     else:
         data = evalgate_sim_full_body(ctx.kind, ctx.rid, ctx.model, ctx.plan)
         proto.send_short(200, "application/json", data, 2 * len(data))
