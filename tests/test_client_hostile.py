@@ -22,7 +22,7 @@ from pytest_evalgate.client.checks import (
     evalgate_retry_wait,
     evalgate_usage_flag,
 )
-from pytest_evalgate.client.redact import EVALGATE_REDACTED, evalgate_redact
+from pytest_evalgate.client.redact import EVALGATE_REDACTED, evalgate_add_secret, evalgate_redact
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
 
 CHAT = {"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 16}
@@ -298,3 +298,12 @@ def test_redact_replaces_bearer_tokens_of_any_case() -> None:
     )
     plain = "nothing to hide here"
     assert evalgate_redact(plain) is plain
+
+
+def test_registered_values_are_redacted_longest_first_and_short_ones_never() -> None:
+    evalgate_add_secret("unit-secret-aaaa")
+    evalgate_add_secret("unit-secret-aaaa-bbbb")  # contains the first: must go whole
+    evalgate_add_secret("xyz")  # too short to register
+    evalgate_add_secret(None)
+    text = "k1=unit-secret-aaaa-bbbb k2=unit-secret-aaaa xyz"
+    assert evalgate_redact(text) == f"k1={EVALGATE_REDACTED} k2={EVALGATE_REDACTED} xyz"

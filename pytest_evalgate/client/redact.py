@@ -53,7 +53,3 @@ def evalgate_redact_optional(text: str | None) -> str | None:
 def _bearer_redacted(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{EVALGATE_REDACTED}"
 
-
-def evalgate_forget_secrets() -> None:
-    """Empty the registry (tests only: a process's secrets otherwise stay registered)."""
-    _secrets.clear()
