@@ -22,15 +22,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from pytest_evalgate.client.checks import EvalgateCaps
+from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
-
-if TYPE_CHECKING:  # the client package's own type; a runtime import would be circular
-    from pytest_evalgate.client import EvalgateCallError
 
 
 @dataclass

@@ -52,4 +52,3 @@ def evalgate_redact_optional(text: str | None) -> str | None:
 
 def _bearer_redacted(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{EVALGATE_REDACTED}"
-
