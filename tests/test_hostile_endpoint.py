@@ -28,11 +28,12 @@ def _records(store: Path, candidate: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _run(pytester: pytest.Pytester, candidate_url: str) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, candidate_url: str, *extra: str) -> pytest.RunResult:
     write_suite(pytester.path / "suite", {"candidate": candidate_url, "baseline": GOOD})
     return pytester.runpytest(
-        "--evalgate", "suite", "--evalgate-store=store", "-p", "no:cacheprovider", "--tb=line"
-    )
+        "--evalgate", "suite", "--evalgate-store=store", "-p", "no:cacheprovider", "--tb=line",
+        *extra,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -87,9 +88,13 @@ def test_a_redirecting_endpoint_is_stopped_after_its_first_request(
 def test_bogus_usage_is_flagged_in_the_record_and_the_answer_still_scored(
     pytester: pytest.Pytester,
 ) -> None:
-    result = _run(pytester, "simulated://?accuracy=1.0&seed=1&fault=bogus_usage")
+    url = "simulated://?accuracy=1.0&seed=1&fault=bogus_usage"
+    result = _run(pytester, url, "--log-cli-level=INFO")
     assert result.parseoutcomes().get("passed") == 2 * CASES + 1  # and the gate rule
     assert result.ret == 0
+    flagged = [line for line in result.stdout.lines if "implausible usage" in line]
+    assert len(flagged) == 1  # once per candidate, not once per answer
+    assert "completion_tokens 1000000000" in flagged[0]
     records = _records(pytester.path / "store", "candidate")
     assert len(records) == CASES
     flags = {r["usage"].get("flagged") for r in records}
@@ -100,3 +105,12 @@ def test_bogus_usage_is_flagged_in_the_record_and_the_answer_still_scored(
     baseline = _records(pytester.path / "store", "baseline")
     assert all("flagged" not in r["usage"] for r in baseline)
     assert all(isinstance(r["usage"]["completion_tokens"], int) for r in baseline)
+
+
+def test_a_long_retry_after_is_logged_when_the_wait_starts(pytester: pytest.Pytester) -> None:
+    url = "simulated://?accuracy=1.0&seed=1&fail_429_first=1&retry_after=6"
+    result = _run(pytester, url, "--log-cli-level=INFO")
+    assert result.ret == 0  # the one 429 was retried after its wait
+    result.stdout.fnmatch_lines(
+        ["*evalgate: *candidate*: the endpoint asked to wait 6 s; waiting 6 s before attempt 2*"]
+    )

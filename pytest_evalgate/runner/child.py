@@ -68,6 +68,7 @@ class EvalgateChild:
         self._closing = False
         self._halted: dict[int, str] = {}  # closed stop channel -> why
         self._probes: dict[int, asyncio.Future[None]] = {}
+        self._usage_flagged: set[int] = set()  # stop channels whose implausible usage was logged
         self._in_flight = 0
         self._journal: EvalgateJournalWriter | None = None
         self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
@@ -199,6 +200,12 @@ class EvalgateChild:
         fatal = error is not None and error.fatal
         if error is not None and fatal:
             self._halted.setdefault(work.halt, f"{error.category}: {error.message}")
+        if result.usage_flag is not None and work.halt not in self._usage_flagged:
+            self._usage_flagged.add(work.halt)
+            self._log(
+                f"evalgate: {work.identity}: implausible usage ({result.usage_flag}): token counts"
+                " not stored, usage.flagged in the record (logged once per candidate)"
+            )
         outcome = evalgate_outcome(result, started, _now())
         return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
 
