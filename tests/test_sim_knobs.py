@@ -222,3 +222,9 @@ def test_malformed_urls_are_config_errors_naming_the_url(url: str, key: str) -> 
     with pytest.raises(EvalgateConfigError) as info:
         evalgate_parse_simulated_url(url)
     assert (info.value.source, info.value.key) == (url, key)
+
+
+def test_the_fault_knob_takes_only_known_faults() -> None:
+    assert evalgate_parse_simulated_url("simulated://?fault=echo_key").fault == "echo_key"
+    with pytest.raises(EvalgateConfigError, match="unknown fault 'nope' \\(known: truncate_stream"):
+        evalgate_parse_simulated_url("simulated://?fault=nope")
