@@ -14,6 +14,7 @@ import tempfile
 from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.manifest import (
     EvalgateCandidate,
@@ -93,4 +94,5 @@ def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | 
     if not value:
         key = f"candidates.{candidate.name}.api_key_env"
         raise EvalgateConfigError(manifest.path, key, f"environment variable {name} is not set")
+    evalgate_add_secret(value)  # redacted from everything this process writes
     return value

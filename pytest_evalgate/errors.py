@@ -15,7 +15,9 @@
     ├── EvalgateAdmissionError         an AdmissionReview request is malformed
     ├── EvalgateWireError              a runner pipe carried a line that is no wire message
     ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
-    └── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
+    ├── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
+    └── EvalgateAnswerError            a 200 that is no answer (never leaves the client: it
+                                       becomes the call's error category)
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
 ``pytest.UsageError`` so that pytest exits with status 4; the ``evalgate`` console script
@@ -96,3 +98,17 @@ class EvalgateK8sError(EvalgateError):
 
 class EvalgatePrometheusError(EvalgateError):
     """The Prometheus HTTP API could not be reached, or answered a query with an error."""
+
+
+class EvalgateAnswerError(EvalgateError):
+    """A 200 response that is not an answer: malformed, truncated, oversize, an error inside.
+
+    Raised while a response is read and caught by the client, which turns it into the call's
+    ``EvalgateCallError`` of ``category``; ``retry`` says whether another attempt may help.
+    """
+
+    def __init__(self, category: str, message: str, *, retry: bool) -> None:
+        self.category = category
+        self.message = message
+        self.retry = retry
+        super().__init__(f"{category}: {message}")

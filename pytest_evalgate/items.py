@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import pytest
 from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
 
+from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.store import EvalgateIdentity
 
@@ -114,14 +115,15 @@ class EvalgateItem(pytest.Item):
         if error is not None and error["category"] == "not_requested":
             # One identical reason per stopped candidate: pytest folds these skips into one
             # summary line, while the probe that met the fatal error stays an error.
-            pytest.skip(error["message"])
+            pytest.skip(evalgate_redact(error["message"]))
         if error is not None and error["category"] == "sandbox":  # scorer: code
-            pytest.fail(f"sandbox error [sandbox]: {error['message']}", pytrace=False)
+            message = evalgate_redact(error["message"])
+            pytest.fail(f"sandbox error [sandbox]: {message}", pytrace=False)
         if error is not None:
             status = f" (HTTP {error['status']})" if error.get("status") else ""
             pytest.fail(
                 f"endpoint error [{error['category']}]{status} after {record.get('attempts', 0)}"
-                f" attempt(s): {error['message']}",
+                f" attempt(s): {evalgate_redact(error['message'])}",  # an older record too
                 pytrace=False,
             )
 
@@ -141,7 +143,8 @@ class EvalgateItem(pytest.Item):
         )
 
     def _answer_text(self, record: Mapping[str, Any]) -> str:
-        return f"target: {_cut(self.case.target)}\noutput: {_cut(record.get('output') or '')}\n"
+        output = evalgate_redact(record.get("output") or "")
+        return f"target: {_cut(self.case.target)}\noutput: {_cut(output)}\n"
 
     def _properties(self, record: Mapping[str, Any]) -> list[tuple[str, str]]:
         timing = record.get("timing") or {}

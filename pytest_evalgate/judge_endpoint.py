@@ -14,6 +14,7 @@ import tempfile
 from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge.agreement import (
     EvalgateGoldenPairwise,
@@ -117,4 +118,5 @@ def _api_key(manifest: EvalgateManifest, name: str | None) -> str | None:
     if not value:
         reason = f"environment variable {name} is not set"
         raise EvalgateConfigError(manifest.path, "judge.api_key_env", reason)
+    evalgate_add_secret(value)  # redacted from everything this process writes
     return value

@@ -28,6 +28,7 @@ KNOBS = (
     "service_slots", "lift", "lift_except",
     "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
+    "fault",  # issue 19: misbehaving answers
 )  # fmt: skip
 
 
@@ -234,3 +235,9 @@ def test_lift_raises_every_category_but_the_excepted_ones() -> None:
     assert EvalgateSimConfig(accuracy=0.7).accuracy_for("held") == 0.7
     with pytest.raises(EvalgateConfigError, match="lift"):
         evalgate_parse_simulated_url("simulated://?lift=1.5")
+
+
+def test_the_fault_knob_takes_only_known_faults() -> None:
+    assert evalgate_parse_simulated_url("simulated://?fault=echo_key").fault == "echo_key"
+    with pytest.raises(EvalgateConfigError, match="unknown fault 'nope' \\(known: truncate_stream"):
+        evalgate_parse_simulated_url("simulated://?fault=nope")

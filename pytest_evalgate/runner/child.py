@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client.redact import evalgate_add_secret, evalgate_redact
 from pytest_evalgate.errors import EvalgateWireError
 from pytest_evalgate.runner.execution import EvalgateExecutionStage
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
@@ -47,7 +48,7 @@ from pytest_evalgate.runner.wire import (
 )
 from pytest_evalgate.store.journal import evalgate_journal_line
 from pytest_evalgate.store.location import evalgate_open_store
-from pytest_evalgate.store.records import EvalgateOutcome
+from pytest_evalgate.store.records import EvalgateOutcome, EvalgateUsage
 
 _ORPHANED_EXIT = 3  # the child's exit status when the pytest process went away
 _MAX_LINE = 1 << 24
@@ -67,6 +68,7 @@ class EvalgateChild:
         self._closing = False
         self._halted: dict[int, str] = {}  # closed stop channel -> why
         self._probes: dict[int, asyncio.Future[None]] = {}
+        self._usage_flagged: set[int] = set()  # stop channels whose implausible usage was logged
         self._in_flight = 0
         self._journal: EvalgateJournalWriter | None = None
         self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
@@ -80,7 +82,7 @@ class EvalgateChild:
             setup.limits.tokens_per_minute,
             log=self._log,
         )
-        client = EvalgateClient(limiter)
+        client = EvalgateClient(limiter, log=self._log)
         self._journal = _journal(setup, self._log)
         workers = [asyncio.create_task(self._worker(client)) for _ in range(setup.concurrency)]
         while line := await reader.readline():
@@ -104,6 +106,7 @@ class EvalgateChild:
             self._wake(1)
         elif isinstance(message, EvalgateWireEndpoint):
             self._endpoints[message.index] = message.endpoint
+            evalgate_add_secret(message.endpoint.api_key)  # redacted from all this process says
         elif isinstance(message, EvalgateWireClose):
             self._closing = True
         else:
@@ -118,7 +121,7 @@ class EvalgateChild:
                 count -= 1
 
     def _log(self, line: str) -> None:
-        self._emit(EvalgateWireLog(line))
+        self._emit(EvalgateWireLog(evalgate_redact(line)))
 
     def _emit(self, message: EvalgateToParent) -> None:
         # Batched: one pipe write per loop iteration, however many results it finished.
@@ -136,7 +139,7 @@ class EvalgateChild:
 
         A bug must not leave the item loop waiting for a record that will never come.
         """
-        self._emit(EvalgateWireFailure(f"{type(exc).__name__}: {exc}"))
+        self._emit(EvalgateWireFailure(evalgate_redact(f"{type(exc).__name__}: {exc}")))
         self._flush()
         transport = self._out.transport
         for _ in range(500):  # at most 5 s for the parent to read what is buffered
@@ -197,6 +200,12 @@ class EvalgateChild:
         fatal = error is not None and error.fatal
         if error is not None and fatal:
             self._halted.setdefault(work.halt, f"{error.category}: {error.message}")
+        if result.usage_flag is not None and work.halt not in self._usage_flagged:
+            self._usage_flagged.add(work.halt)
+            self._log(
+                f"evalgate: {work.identity}: implausible usage ({result.usage_flag}): token counts"
+                " not stored, usage.flagged in the record (logged once per candidate)"
+            )
         outcome = evalgate_outcome(result, started, _now())
         return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
 
@@ -222,6 +231,12 @@ def evalgate_outcome(result: EvalgateCallResult, started: str, finished: str) ->
     """What crosses to the parent of a call result: the record's call fields (ITL as its p95
     only, the error without ``fatal``, which travels beside the outcome)."""
     error = result.error
+    usage: EvalgateUsage = {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+    }
+    if result.usage_flag is not None:
+        usage["flagged"] = result.usage_flag
     return {
         "output": result.output,
         "finish_reason": result.finish_reason,
@@ -236,10 +251,7 @@ def evalgate_outcome(result: EvalgateCallResult, started: str, finished: str) ->
             "e2e_s": result.e2e_s,
             "itl_p95_s": _p95(result.itl_s),
         },
-        "usage": {
-            "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-        },
+        "usage": usage,
         "started_at": started,
         "finished_at": finished,
     }

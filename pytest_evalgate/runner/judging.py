@@ -32,6 +32,7 @@ from typing import Any
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.judge.agreement import (
     EvalgateGoldenPairwise,
@@ -367,7 +368,7 @@ class EvalgateJudgeStage:
             self._judgments[slot] = _stand_in("judge_not_requested", message.reason)
         elif isinstance(message, EvalgateWireLog):
             if self._log is not None:
-                self._log(f"judge: {message.line}")
+                self._log(f"judge: {evalgate_redact(message.line)}")
         else:
             raise EvalgateError(f"evalgate judge runner failed: {message.reason}")
 

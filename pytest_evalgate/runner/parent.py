@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
@@ -431,7 +432,7 @@ class EvalgateRunner:
             self._halted(message)
         elif isinstance(message, EvalgateWireLog):
             if self._log is not None:
-                self._log(message.line)
+                self._log(evalgate_redact(message.line))
         else:
             self._failure = message.reason
 

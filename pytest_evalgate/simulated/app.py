@@ -20,6 +20,10 @@ from typing import Any, TextIO
 
 from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
 from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S, EvalgateSimConfig
+from pytest_evalgate.simulated.misbehave import (
+    EvalgateSimAnswerContext,
+    evalgate_sim_misbehave,
+)
 from pytest_evalgate.simulated.plan import EvalgateSimPlan, evalgate_sim_plan
 from pytest_evalgate.simulated.protocol import EvalgateSimProtocol, EvalgateSimRequest
 from pytest_evalgate.simulated.responses import (
@@ -172,7 +176,7 @@ class EvalgateSimApp:
         if self._fault(index, proto):
             return
         try:
-            self._answer(body, proto, kind, index)
+            self._answer(request, body, proto, kind, index)
         except (AttributeError, TypeError, ValueError) as exc:  # odd but valid JSON shapes
             proto.reply(400, _sim_bad_request(f"bad request: {exc}"))
 
@@ -188,7 +192,12 @@ class EvalgateSimApp:
         return True
 
     def _answer(
-        self, body: dict[str, Any] | None, proto: EvalgateSimProtocol, kind: str, index: int
+        self,
+        request: EvalgateSimRequest,
+        body: dict[str, Any] | None,
+        proto: EvalgateSimProtocol,
+        kind: str,
+        index: int,
     ) -> None:
         problem = evalgate_sim_validate(body, kind)
         if problem is not None or body is None:
@@ -199,6 +208,12 @@ class EvalgateSimApp:
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
         wait = self.slots.evalgate_wait(time.monotonic(), plan.total_s)
+        if self.config.fault is not None:
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream = bool(body.get("stream"))
+            context = EvalgateSimAnswerContext(kind, rid, model, plan, body, stream, usage)
+            evalgate_sim_misbehave(self.config.fault, request, proto, context)
+            return
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             run = EvalgateSimStream(kind, rid, model, plan, usage).run

@@ -28,6 +28,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from pytest_evalgate.errors import EvalgateConfigError
 
 EVALGATE_SIM_HANG_LIMIT_S = 300.0
+EVALGATE_SIM_ANSWER_FAULTS = (
+    "truncate_stream", "content_length_lie", "redirect", "error_in_200", "huge_answer",
+    "bogus_usage", "echo_key",
+)  # fmt: skip
+"""The values of the ``fault`` knob (simulated/misbehave.py)."""
 _UNIT_KNOBS = frozenset(
     {"accuracy", "fail_rate", "jitter", "output_jitter", "canary_rate", "lift"}
     | {"position_bias", "verbosity_bias", "unparseable_rate"}  # the simulated judge's
@@ -76,6 +81,8 @@ class EvalgateSimConfig:
     position_bias: float = 0.0
     verbosity_bias: float = 0.0
     unparseable_rate: float = 0.0
+    # issue 19: an answer that goes wrong on purpose (simulated/misbehave.py), on every answer
+    fault: str | None = None  # one of EVALGATE_SIM_ANSWER_FAULTS
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``), plus
@@ -130,6 +137,9 @@ def _sim_check_range(source: str, name: str, value: Any) -> None:
         raise EvalgateConfigError(source, name, f"must be within [0, 1], got {value}")
     if name == "hang_s" and float(value) > EVALGATE_SIM_HANG_LIMIT_S:
         raise EvalgateConfigError(source, name, f"must be <= {EVALGATE_SIM_HANG_LIMIT_S:g}")
+    if name == "fault" and value not in EVALGATE_SIM_ANSWER_FAULTS:
+        known = ", ".join(EVALGATE_SIM_ANSWER_FAULTS)
+        raise EvalgateConfigError(source, name, f"unknown fault {value!r} (known: {known})")
 
 
 def _sim_knob(source: str, name: str, text: str, types: Mapping[str, str]) -> Any:

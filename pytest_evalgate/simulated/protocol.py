@@ -28,7 +28,7 @@ from pytest_evalgate.simulated.responses import evalgate_sim_error_body
 EVALGATE_SIM_MAX_BODY = 16 * 1024 * 1024
 EVALGATE_SIM_MAX_HEAD = 64 * 1024
 _REASONS = {
-    200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+    200: "OK", 307: "Temporary Redirect", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large",
     429: "Too Many Requests", 431: "Request Header Fields Too Large",
     500: "Internal Server Error", 503: "Service Unavailable",
@@ -205,6 +205,12 @@ class EvalgateSimProtocol(asyncio.Protocol):
     async def _stream(self, status: int, chunks: EvalgateSimWriter) -> None:
         await chunks(self)
         self._send(status, b"0\r\n\r\n")
+
+    def send_short(self, status: int, content_type: str, data: bytes, claimed: int) -> None:
+        """Send ``data`` under a ``Content-Length`` of ``claimed`` bytes, then close: a body
+        shorter than its head promised (the ``content_length_lie`` fault)."""
+        self._close = True
+        self._send(status, evalgate_sim_head(status, content_type, "", claimed, True) + data)
 
     def write_events(self, data: bytes) -> None:
         """Write already SSE-framed bytes as one HTTP chunk."""

@@ -108,10 +108,15 @@ class EvalgateTiming(TypedDict):
 
 
 class EvalgateUsage(TypedDict):
-    """A record's ``usage`` member, as the endpoint reported it (None when it did not)."""
+    """A record's ``usage`` member, as the endpoint reported it (None when it did not).
+
+    ``flagged`` (only when the endpoint's numbers were implausible, issue 19): why they were not
+    kept; both counts are then None.
+    """
 
     prompt_tokens: int | None
     completion_tokens: int | None
+    flagged: NotRequired[str]
 
 
 class EvalgateSandboxFacts(TypedDict):
@@ -255,10 +260,13 @@ def _timing_fields(timing: EvalgateTiming) -> EvalgateTiming:
 
 
 def _usage_fields(usage: EvalgateUsage) -> EvalgateUsage:
-    return {
+    fields: EvalgateUsage = {
         "prompt_tokens": usage["prompt_tokens"],
         "completion_tokens": usage["completion_tokens"],
     }
+    if "flagged" in usage:
+        fields["flagged"] = usage["flagged"]
+    return fields
 
 
 def _sandbox_fields(facts: EvalgateSandboxFacts) -> EvalgateSandboxFacts:

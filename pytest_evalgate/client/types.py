@@ -1,0 +1,74 @@
+"""The client's values: where to call (``EvalgateEndpoint``), what a call gave
+(``EvalgateCallResult``), why it failed (``EvalgateCallError``, one of
+``EVALGATE_ERROR_CATEGORIES``). Re-exported by ``pytest_evalgate.client``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EVALGATE_ERROR_CATEGORIES = (
+    "timeout",
+    "connection",
+    "rate_limited",
+    "server_error",
+    "auth",
+    "bad_request",
+    "malformed_response",
+    "content_filter",
+    "truncated",
+    "oversize",
+    "redirect",
+)
+
+
+@dataclass(frozen=True)
+class EvalgateEndpoint:
+    """Where and how to call one candidate.
+
+    ``api`` is ``"chat"`` (POST ``{base_url}/chat/completions``) or ``"completions"`` (POST
+    ``{base_url}/completions``). ``timeout_s`` bounds each attempt as a whole, from the send to
+    the last byte. ``stream=True`` sends ``stream_options.include_usage`` and yields TTFT, TPOT
+    and ITL.
+    """
+
+    base_url: str
+    model: str
+    api: str
+    api_key: str | None
+    timeout_s: float
+    max_attempts: int
+    stream: bool = True
+
+
+@dataclass(frozen=True)
+class EvalgateCallError:
+    """Why a call ended without a result; ``fatal`` means: stop this endpoint's other requests."""
+
+    category: str
+    status: int | None
+    message: str
+    fatal: bool
+
+
+@dataclass(frozen=True)
+class EvalgateCallResult:
+    """The outcome of one call, after its retries. Seconds throughout; see docs/timings.md.
+
+    ``error`` is None for an answer. With ``error`` set the identity has no result; ``output``
+    and the timings may still describe the last attempt (a content-filtered answer, say).
+    ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
+    """
+
+    output: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    ttft_s: float | None
+    tpot_s: float | None
+    itl_s: tuple[float, ...]
+    e2e_s: float
+    queued_s: float
+    attempts: int
+    error: EvalgateCallError | None
+    sent_at: float
+    usage_flag: str | None = None

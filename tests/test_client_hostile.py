@@ -1,0 +1,309 @@
+"""The client against endpoints that misbehave on purpose (issue 19): the simulator's ``fault=``
+knob and the scripted fault server, both real loopback servers.
+
+A cut-off answer is an endpoint error, never an answer; a redirect is never followed; an answer
+past its ``max_tokens`` is cut; implausible usage is flagged; key values never leave the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from faultserver import FaultServer, FaultStep
+
+from pytest_evalgate.budget import EvalgateLimiter
+from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client.checks import (
+    EVALGATE_HINT_CAP_S,
+    evalgate_caps,
+    evalgate_classify_status,
+    evalgate_retry_wait,
+    evalgate_usage_flag,
+)
+from pytest_evalgate.client.redact import EVALGATE_REDACTED, evalgate_add_secret, evalgate_redact
+from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+
+CHAT = {"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 16}
+KEY = "sk-hostile-test-0123456789abcdef"
+
+
+def _endpoint(base_url: str, stream: bool, **changes: Any) -> EvalgateEndpoint:
+    fields: dict[str, Any] = {
+        "base_url": base_url,
+        "model": "m",
+        "api": "chat",
+        "api_key": KEY,
+        "timeout_s": 10.0,
+        "max_attempts": 3,
+        "stream": stream,
+    }
+    fields.update(changes)
+    return EvalgateEndpoint(**fields)
+
+
+def _call(
+    base_url: str, stream: bool, body: dict[str, Any] | None = None, **changes: Any
+) -> tuple[EvalgateCallResult, list[str]]:
+    """One call through a fresh client; returns its result and the client's log lines."""
+    lines: list[str] = []
+
+    async def main() -> EvalgateCallResult:
+        client = EvalgateClient(EvalgateLimiter(4, None, None), rng_seed=1, log=lines.append)
+        try:
+            ep = _endpoint(base_url, stream, **changes)
+            return await client.call(ep, body or CHAT, "id-1", 40)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main()), lines
+
+
+def _simulated(fault: str, stream: bool, **changes: Any) -> tuple[EvalgateCallResult, int]:
+    """One call to a simulator with ``fault``; returns the result and the completion requests
+    the simulator saw."""
+    with EvalgateSimServer(EvalgateSimConfig(fault=fault)) as server:
+        result, _ = _call(server.base_url, stream, **changes)
+        return result, int(server.stats()["completion_arrivals"])
+
+
+# --- cut-off answers ---------------------------------------------------------------------------
+
+
+def test_a_stream_cut_after_half_the_answer_is_truncated_and_retried() -> None:
+    result, arrivals = _simulated("truncate_stream", stream=True)
+    assert result.error is not None
+    assert result.error.category == "truncated"
+    assert result.error.status == 200
+    assert "without [DONE] or a finish_reason" in result.error.message
+    assert (result.attempts, arrivals) == (3, 3)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_body_shorter_than_its_content_length_is_truncated(stream: bool) -> None:
+    result, arrivals = _simulated("content_length_lie", stream=stream)
+    assert result.error is not None
+    assert result.error.category == "truncated"
+    assert (result.attempts, arrivals) == (3, 3)
+
+
+def test_a_stream_that_ends_with_done_but_no_finish_reason_is_an_answer() -> None:
+    # [DONE] is a terminal event on its own: the answer is whole.
+    async def main() -> EvalgateCallResult:
+        async with FaultServer(FaultStep(finish_reason="")) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None))
+            try:
+                return await client.call(_endpoint(server.base_url, True), CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error is None
+    assert result.output == "Hello, world"
+
+
+def test_a_connection_dropped_mid_stream_is_truncated() -> None:
+    async def main() -> EvalgateCallResult:
+        async with FaultServer(FaultStep(drop_after_chunks=2)) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, True, max_attempts=2)
+                return await client.call(ep, CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error is not None
+    assert result.error.category == "truncated"
+    assert "cut off" in result.error.message
+    assert result.attempts == 2
+
+
+# --- an error inside a 200 ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_error_inside_a_200_keeps_the_servers_message(stream: bool) -> None:
+    result, arrivals = _simulated("error_in_200", stream=stream)
+    assert result.error is not None
+    assert result.error.category == "server_error"
+    assert result.error.status == 200
+    assert "the engine failed while generating" in result.error.message
+    assert (result.attempts, arrivals) == (3, 3)
+
+
+# --- redirects ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_never_followed_and_stops_the_endpoint(status: int) -> None:
+    async def main() -> tuple[EvalgateCallResult, int]:
+        async with FaultServer() as target, FaultServer() as server:
+            location = target.base_url + "/chat/completions"
+            server.script("id-1", FaultStep(status=status, headers={"Location": location}))
+            client = EvalgateClient(EvalgateLimiter(2, None, None))
+            try:
+                result = await client.call(_endpoint(server.base_url, False), CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+            return result, len(target.arrivals)
+
+    result, followed = asyncio.run(main())
+    assert followed == 0
+    assert result.error is not None
+    assert (result.error.category, result.error.status, result.error.fatal) == (
+        "redirect",
+        status,
+        True,
+    )
+    assert result.attempts == 1
+    assert "not followed" in result.error.message
+
+
+def test_the_simulators_redirect_fault_is_a_redirect_error() -> None:
+    result, arrivals = _simulated("redirect", stream=True)
+    assert result.error is not None
+    assert (result.error.category, result.error.status) == ("redirect", 307)
+    assert "http://127.0.0.1:9/v1/elsewhere" in result.error.message
+    assert (result.attempts, arrivals) == (1, 1)
+
+
+# --- oversize ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_far_past_max_tokens_is_cut_and_flagged(stream: bool) -> None:
+    result, arrivals = _simulated("huge_answer", stream=stream)
+    cap = evalgate_caps(CHAT, 0).text_chars
+    assert cap == 4096  # max_tokens 16: the floor
+    assert result.error is not None
+    assert result.error.category == "oversize"
+    assert "max_tokens 16 allows at most 4096 characters" in result.error.message
+    assert result.output is not None and len(result.output) == cap
+    assert (result.attempts, arrivals) == (1, 1)
+
+
+def test_a_body_larger_than_the_byte_cap_is_not_read() -> None:
+    body = {**CHAT, "max_tokens": 1}
+    caps = evalgate_caps(body, 0)
+    big = b"x" * (caps.body_bytes + 10)
+
+    async def main() -> EvalgateCallResult:
+        async with FaultServer(FaultStep(body=big)) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None))
+            try:
+                return await client.call(_endpoint(server.base_url, False), body, "id-1", 40)
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error is not None
+    assert result.error.category == "oversize"
+    assert f"Content-Length {len(big)}" in result.error.message
+
+
+# --- usage -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_impossible_usage_is_flagged_not_stored(stream: bool) -> None:
+    result, _ = _simulated("bogus_usage", stream=stream)
+    assert result.error is None
+    assert result.output  # the answer itself is fine and kept
+    assert (result.prompt_tokens, result.completion_tokens) == (None, None)
+    assert result.usage_flag == "negative usage (prompt_tokens -3, completion_tokens 1000000000)"
+
+
+def test_more_completion_tokens_than_max_tokens_is_flagged() -> None:
+    async def main() -> EvalgateCallResult:
+        async with FaultServer(FaultStep(usage_tokens=500)) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None))
+            try:
+                return await client.call(_endpoint(server.base_url, True), CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error is None
+    assert result.usage_flag == "completion_tokens 500 exceeds max_tokens 16"
+    assert result.completion_tokens is None
+
+
+def test_usage_flag_rules() -> None:
+    caps = evalgate_caps(CHAT, 200)
+    assert evalgate_usage_flag(12, 3, "Hello there", caps) is None
+    assert evalgate_usage_flag(None, None, "x", caps) is None
+    assert evalgate_usage_flag(-1, 3, "x", caps) == "negative usage (prompt_tokens -1, " + (
+        "completion_tokens 3)"
+    )
+    assert evalgate_usage_flag(10_000, 3, "x", caps) == (
+        "prompt_tokens 10000 for a request of 200 bytes"
+    )
+    assert evalgate_usage_flag(5, 0, "y" * 1000, caps) == (
+        "completion_tokens 0 for 1000 characters of answer"
+    )
+
+
+# --- Retry-After -------------------------------------------------------------------------------
+
+
+def test_a_long_retry_after_is_capped() -> None:
+    assert evalgate_retry_wait(0.3, 3600.0) == EVALGATE_HINT_CAP_S == 600.0
+    assert evalgate_retry_wait(0.3, 12.0) == 12.0
+    assert evalgate_retry_wait(0.3, 0.0) == 0.3
+
+
+def test_a_long_server_asked_wait_is_logged_when_it_starts() -> None:
+    async def main() -> tuple[EvalgateCallResult, list[str], list[float]]:
+        lines: list[str] = []
+        async with FaultServer() as server:
+            server.script("id-1", FaultStep(status=429, headers={"Retry-After": "5"}))
+            client = EvalgateClient(EvalgateLimiter(2, None, None), log=lines.append)
+            try:
+                result = await client.call(_endpoint(server.base_url, False), CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+            return result, lines, [a.at for a in server.arrivals]
+
+    result, lines, arrivals = asyncio.run(main())
+    assert result.error is None
+    assert lines == ["evalgate: id-1: the endpoint asked to wait 5 s; waiting 5 s before attempt 2"]
+    assert arrivals[1] - arrivals[0] >= 5.0
+
+
+# --- classification and redaction units ------------------------------------------------------
+
+
+def test_status_classes() -> None:
+    assert evalgate_classify_status(307, False) == ("redirect", False, True)
+    assert evalgate_classify_status(304, False) == ("redirect", False, True)
+    assert evalgate_classify_status(503, False) == ("server_error", True, False)
+    assert evalgate_classify_status(401, False) == ("auth", False, True)
+
+
+def test_an_echoed_key_never_leaves_the_client() -> None:
+    result, _ = _simulated("echo_key", stream=False)
+    assert result.error is not None
+    assert result.error.category == "server_error"
+    assert KEY not in result.error.message
+    assert f"Authorization: Bearer {EVALGATE_REDACTED}" in result.error.message
+    assert f"key {EVALGATE_REDACTED} is unknown" in result.error.message
+
+
+def test_redact_replaces_bearer_tokens_of_any_case() -> None:
+    text = "got authorization: bearer abc.DEF-123_x; and BEARER zzz"
+    assert evalgate_redact(text) == (
+        f"got authorization: bearer {EVALGATE_REDACTED}; and BEARER {EVALGATE_REDACTED}"
+    )
+    plain = "nothing to hide here"
+    assert evalgate_redact(plain) is plain
+
+
+def test_registered_values_are_redacted_longest_first_and_short_ones_never() -> None:
+    evalgate_add_secret("unit-secret-aaaa")
+    evalgate_add_secret("unit-secret-aaaa-bbbb")  # contains the first: must go whole
+    evalgate_add_secret("xyz")  # too short to register
+    evalgate_add_secret(None)
+    text = "k1=unit-secret-aaaa-bbbb k2=unit-secret-aaaa xyz"
+    assert evalgate_redact(text) == f"k1={EVALGATE_REDACTED} k2={EVALGATE_REDACTED} xyz"
