@@ -44,7 +44,7 @@ from pytest_evalgate.manifest import (
 )
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
-from pytest_evalgate.report import evalgate_summary_lines
+from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
 from pytest_evalgate.runner.execution import (
     evalgate_code_scorer,
     evalgate_execution_settings,
@@ -76,7 +76,9 @@ from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateRecord,
     EvalgateSegmentWriter,
+    EvalgateStoreBackend,
     evalgate_candidate_prefix,
+    evalgate_check_store_folder,
     evalgate_open_store,
     evalgate_read_generation,
     evalgate_use_generation,
@@ -134,6 +136,7 @@ class EvalgatePlugin:
         self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
         with evalgate_usage_errors():  # an S3 store is probed here, before any request
             self.backend = evalgate_open_store(self.store_root)
+            _check_output_folders(config, self.backend)
         self.candidates = set(config.getoption("evalgate_candidate"))
         self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
         self.runner: EvalgateRunner | None = None
@@ -625,3 +628,16 @@ def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
 def _missing(key: Any) -> dict[str, Any]:
     message = "no committed record in the store (aggregate mode sends no requests)"
     return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}
+
+
+def _check_output_folders(config: pytest.Config, backend: EvalgateStoreBackend) -> None:
+    """Before any request: the report folder can be replaced whole, and no output folder
+    inside a folder store leads out of it through a symlink (docs/security.md)."""
+    report = config.getoption("evalgate_report")
+    if report:
+        evalgate_check_store_folder(backend, report, "--evalgate-report")
+        evalgate_check_report_folder(report)
+    junit = getattr(config.option, "xmlpath", None)
+    if junit:
+        folder = os.path.dirname(os.path.abspath(junit))
+        evalgate_check_store_folder(backend, folder, "--junitxml")
