@@ -29,7 +29,7 @@ from pytest_evalgate.contamination import (
     evalgate_contamination_note,
     evalgate_contamination_record,
 )
-from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.errors import EvalgatePolicyError, EvalgateStorePathError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
     EvalgatePolicy,
@@ -284,7 +284,7 @@ class _Publish:
         try:
             previous = evalgate_last_decision(self.backend, self.manifest.suite)
             evalgate_keep_decision(self.backend, decision)
-        except OSError as exc:
+        except (OSError, EvalgateStorePathError) as exc:
             notes.append(f"decision copy not kept in the store: {exc}")
             return None
         return previous

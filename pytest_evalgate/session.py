@@ -12,7 +12,8 @@ import gc
 import logging
 import os
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from pytest_evalgate.decide import (
     evalgate_policy_path,
 )
 from pytest_evalgate.endpoints import EvalgateEndpointPool
-from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
 from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
@@ -249,7 +250,7 @@ class EvalgatePlugin:
         items = [item for item in session.items if isinstance(item, EvalgateItem)]
         try:
             if items and not self.aggregate_only:
-                self._start(items)
+                self._start_or_exit(items)
             result = yield
         finally:
             self._stop()
@@ -312,7 +313,7 @@ class EvalgatePlugin:
         selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
         policy = suite.policy
         assert policy is not None  # loaded at collection whenever the session gates
-        with evalgate_usage_errors():
+        with evalgate_usage_errors(), _store_refusal(self.summary) as refused:
             full = selection.evalgate_is_full(suite.manifest)
             perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
             outcome = evalgate_decide(
@@ -326,6 +327,9 @@ class EvalgatePlugin:
                 tier=self.config.getoption("evalgate_tier"),
                 report_text=bool(self.config.getoption("evalgate_report_text")),
             )
+        if refused:
+            self.gate_exit = 1
+            return
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
         self.summary += [f"wrote {path}" for path in outcome.written]
@@ -385,6 +389,13 @@ class EvalgatePlugin:
         terminalreporter.write_sep("=", "evalgate")
         for line in self.summary:
             terminalreporter.write_line(line)
+
+    def _start_or_exit(self, items: list[EvalgateItem]) -> None:
+        try:
+            self._start(items)
+        except EvalgateStorePathError as exc:
+            # nothing was requested or committed: the store would lead writes outside it
+            pytest.exit(f"evalgate: store refused: {exc}; nothing was requested", returncode=1)
 
     def _start(self, items: list[EvalgateItem]) -> None:
         runs = self._suite_runs(items)
@@ -641,3 +652,15 @@ def _check_output_folders(config: pytest.Config, backend: EvalgateStoreBackend) 
     if junit:
         folder = os.path.dirname(os.path.abspath(junit))
         evalgate_check_store_folder(backend, folder, "--junitxml")
+
+
+@contextmanager
+def _store_refusal(summary: list[str]) -> Iterator[list[str]]:
+    """A store path that leads out of the store ends the gate with no verdict (exit 1); the
+    summary names the path and the reason. Yields a list that holds the line when it did."""
+    refused: list[str] = []
+    try:
+        yield refused
+    except EvalgateStorePathError as exc:
+        refused.append(f"evalgate: store refused: {exc}; no verdict")
+        summary.extend(refused)

@@ -66,7 +66,12 @@ def evalgate_read_candidate(
 
     A folder without generations (the layout before generations existed) is read whole.
     """
-    generations = evalgate_generations(backend, prefix)
+    try:
+        generations = evalgate_generations(backend, prefix)
+    except EvalgateStorePathError as exc:
+        view = EvalgateStoreView()
+        evalgate_path_problem(view.problems, prefix, exc)
+        return view
     folder = evalgate_generation_prefix(prefix, generations[-1]) if generations else prefix
     return evalgate_read_generation(backend, folder, expect)
 
