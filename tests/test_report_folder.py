@@ -81,6 +81,19 @@ def test_a_later_unsigned_incomplete_run_leaves_no_signed_pass_behind(
     assert not [p for p in pytester.path.iterdir() if p.name.startswith(".rep.")]  # no leftovers
 
 
+def test_a_junit_file_in_the_report_folder_is_rewritten_not_refused(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester)
+    args = (*ARGS, "--evalgate-store=store", "--evalgate-report=rep", "--junitxml=rep/junit.xml")
+    assert pytester.runpytest(*args).ret == 0
+    first = (pytester.path / "rep" / "junit.xml").read_text()
+    assert pytester.runpytest(*args).ret == 0  # the folder of run 1 is replaced, not refused
+    names = sorted(p.name for p in (pytester.path / "rep").iterdir())
+    assert names == ["decision.json", "forest.png", "junit.xml", "report.html", "report.md"]
+    assert (pytester.path / "rep" / "junit.xml").read_text() != first  # this run's file
+
+
 def test_a_report_folder_with_other_files_is_refused_before_any_request(
     pytester: pytest.Pytester,
 ) -> None:
