@@ -117,6 +117,44 @@ def test_an_output_folder_inside_the_store_must_stay_inside(tmp_path: Path) -> N
     evalgate_check_store_folder(store, str(outside / "rep"), "--evalgate-report")  # not in it
 
 
+def test_a_last_component_swapped_for_a_symlink_after_the_check_is_refused(
+    tmp_path: Path,
+) -> None:
+    from pytest_evalgate.store.paths import evalgate_open_nofollow
+
+    _store_obj, root, outside = _store(tmp_path)
+    (outside / "x.jsonl").write_text("theirs\n")
+    checked = root / "seg.jsonl"  # resolved and checked while it was a plain name
+    checked.symlink_to(outside / "x.jsonl")  # then swapped
+    with pytest.raises(EvalgateStorePathError) as caught:
+        evalgate_open_nofollow(str(checked), os.O_RDONLY)
+    assert str(caught.value) == f"{checked}: {LEAVES}: it became a symlink"
+
+
+def test_a_journal_symlinked_out_of_the_store_is_not_replayed(tmp_path: Path) -> None:
+    from test_journal import OUTCOME
+
+    from pytest_evalgate.store.journal import (
+        evalgate_journal_folder,
+        evalgate_journal_line,
+        evalgate_journal_name,
+        evalgate_read_journal,
+    )
+
+    store, root, outside = _store(tmp_path)
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    store.evalgate_write_atomic(
+        evalgate_journal_name(folder, "w", 1), evalgate_journal_line("rev/c/a/r0", OUTCOME)
+    )
+    planted = outside / "w.journal"
+    planted.write_bytes(evalgate_journal_line("rev/c/b/r0", OUTCOME))
+    (root / folder / "planted.journal").symlink_to(planted)
+    assert sorted(evalgate_read_journal(store, "s/d/k/gen-1")) == ["rev/c/a/r0"]
+    (root / "s/d/k/gen-2").mkdir(parents=True)
+    (root / "s/d/k/gen-2/journal").symlink_to(outside, target_is_directory=True)
+    assert evalgate_read_journal(store, "s/d/k/gen-2") == {}  # the folder is not even listed
+
+
 # --------------------------------------------------------------------------- through pytest
 
 
@@ -180,3 +218,17 @@ def test_a_report_folder_in_the_store_that_leads_out_is_refused(
     result.stderr.fnmatch_lines([f"*store/report: --evalgate-report: {LEAVES} *"])
     assert list(outside.iterdir()) == []
     assert sorted(os.listdir(pytester.path / "store")) == ["report"]  # nothing committed
+
+
+def test_a_junit_file_in_the_store_that_leads_out_is_refused(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester)
+    outside = pytester.path / "outside"
+    outside.mkdir()
+    (pytester.path / "store").mkdir()
+    (pytester.path / "store" / "ci").symlink_to(outside, target_is_directory=True)
+    result = pytester.runpytest(*ARGS, "--evalgate-store=store", "--junitxml=store/ci/junit.xml")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*store/ci: --junitxml: {LEAVES} *"])
+    assert list(outside.iterdir()) == []
