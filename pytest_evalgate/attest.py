@@ -404,6 +404,26 @@ def evalgate_load_envelope(path: str) -> dict[str, Any]:
     return envelope
 
 
+def evalgate_check_beside(statement: Mapping[str, Any], envelope_path: str) -> str | None:
+    """The ``decision.json`` lying beside an envelope (a report folder) must be the signed
+    decision; returns its path when there is one (and it is), None when there is none.
+
+    Raises :class:`EvalgateSignatureError` when it differs: the folder mixes two runs' files
+    (a signature of one decision beside another decision), so neither tells the story."""
+    beside = os.path.join(os.path.dirname(envelope_path), "decision.json")
+    if not os.path.exists(beside) or os.path.samefile(beside, envelope_path):
+        return None
+    try:
+        with open(beside, encoding="utf-8") as handle:
+            decision = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise EvalgateSignatureError(f"{beside}: cannot read the decision beside: {exc}") from None
+    if decision != statement.get("predicate"):
+        reason = "is not the signed decision: the folder mixes the files of two runs"
+        raise EvalgateSignatureError(f"{beside}: {reason}")
+    return beside
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result = dict(pairs)
     if len(result) != len(pairs):

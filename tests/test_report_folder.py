@@ -59,6 +59,7 @@ def test_a_later_unsigned_incomplete_run_leaves_no_signed_pass_behind(
     first = _verify(pytester.path, "rep/decision.dsse.json", "--key", public, "--require-pass")
     assert first.returncode == 0, first.stdout  # the earlier signed pass verifies
     assert "verdict: pass" in first.stdout
+    assert "checked: rep/decision.json beside the envelope is the signed decision" in first.stdout
 
     # later: an aggregation over an empty store, unsigned, into the same report folder
     later = pytester.runpytest(
@@ -79,6 +80,27 @@ def test_a_later_unsigned_incomplete_run_leaves_no_signed_pass_behind(
     assert gated.returncode == 1
     assert gated.stdout.startswith("INVALID: rep/decision.dsse.json: cannot read")
     assert not [p for p in pytester.path.iterdir() if p.name.startswith(".rep.")]  # no leftovers
+
+
+def test_verify_refuses_a_folder_that_mixes_two_runs(pytester: pytest.Pytester) -> None:
+    # a folder mixed by hand (or by an older version): the envelope of one decision beside
+    # another decision.json is INVALID, whatever the signature says
+    _suite(pytester)
+    private, public = evalgate_generate_key(str(pytester.path / "keys"))
+    args = (*ARGS, "--evalgate-store=store", "--evalgate-report=rep")
+    assert pytester.runpytest(*args, f"--evalgate-sign-key={private}").ret == 0
+    decision = pytester.path / "rep" / "decision.json"
+    mixed = json.loads(decision.read_text())
+    mixed["verdict"] = "incomplete"
+    decision.write_text(json.dumps(mixed, indent=2, sort_keys=True) + "\n")
+    envelope_before = (pytester.path / "rep" / "decision.dsse.json").read_bytes()
+    result = _verify(pytester.path, "rep/decision.dsse.json", "--key", public, "--require-pass")
+    assert result.returncode == 1
+    assert result.stdout == (
+        "INVALID: rep/decision.json: is not the signed decision: the folder mixes the files "
+        "of two runs\n"
+    )
+    assert (pytester.path / "rep" / "decision.dsse.json").read_bytes() == envelope_before
 
 
 def test_a_junit_file_in_the_report_folder_is_rewritten_not_refused(
