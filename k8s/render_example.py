@@ -24,6 +24,8 @@ K8S_DIR = Path(__file__).resolve().parent
 EXAMPLE_SHARDS = 4
 EXAMPLE_IMAGE = "registry.example/evalgate:0.1.0"
 EXAMPLE_SERVING_IMAGE = "registry.example/vllm-openai@sha256:" + "0" * 64
+EXAMPLE_WEIGHTS_DIGEST = "sha256:" + "1" * 64
+EXAMPLE_WEIGHTS_IMAGE = "registry.example/models/example-r2@" + EXAMPLE_WEIGHTS_DIGEST
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,12 @@ class ExampleManifest:
                 "candidate",
                 "example-r2",
                 "CANDIDATE_API_KEY",
-                {"serving_image": EXAMPLE_SERVING_IMAGE, "tensor_parallel": 2},
+                {
+                    "serving_image": EXAMPLE_SERVING_IMAGE,
+                    "weights_image": EXAMPLE_WEIGHTS_IMAGE,
+                    "weights_digest": EXAMPLE_WEIGHTS_DIGEST,
+                    "tensor_parallel": 2,
+                },
             ),
             "baseline": ExampleCandidate("baseline", "example-r1", "BASELINE_API_KEY"),
         }

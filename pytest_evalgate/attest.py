@@ -13,8 +13,10 @@ Contracts:
 - Verification failures raise :class:`EvalgateSignatureError` naming the reason. Unusable key
   files, bad override options and existing key files raise :class:`EvalgateConfigError`.
 - Any change to a byte of the signed content (payload, payloadType, signature, key id) fails
-  verification. Base64 may be standard or URL-safe, padded or not (DSSE requires verifiers to
-  accept either), but must be the one canonical text of its bytes in one alphabet.
+  verification, and so does any signature claiming the trusted key id that does not verify
+  (not only an envelope where none verifies). Base64 may be standard or URL-safe, padded or
+  not (DSSE requires verifiers to accept either), but must be the one canonical text of its
+  bytes in one alphabet.
 - An override is a separate signed statement (predicateType :data:`EVALGATE_OVERRIDE_TYPE`) that
   names the decision by the sha256 of the decision envelope's decoded payload bytes.
 """
@@ -330,24 +332,30 @@ def _envelope_parts(envelope: Any) -> tuple[bytes, list[dict[str, Any]]]:
 
 
 def _verify_body(envelope: Any, public_key: ec.EllipticCurvePublicKey) -> bytes:
-    """The payload bytes when a signature under ``public_key``'s key id verifies."""
+    """The payload bytes when every signature claiming ``public_key``'s key id verifies.
+
+    One failing signature under the trusted key id fails the envelope, even beside one that
+    verifies: an envelope that carries a bad signature in the trusted signer's name is not
+    what that signer wrote (a spliced or damaged file), so it is never accepted."""
     body, signatures = _envelope_parts(envelope)
     keyid = evalgate_keyid(public_key)
     # DSSE key ids are hints; we still require ours so a wrong key reads as "unknown key id",
-    # and try every signature that carries it.
+    # and check every signature that carries it.
     mine = [entry for entry in signatures if entry.get("keyid") == keyid]
     if not mine:
         found = sorted(str(entry.get("keyid")) for entry in signatures)
         raise EvalgateSignatureError(f"unknown key id: the envelope has {found}, key is {keyid}")
     message = evalgate_pae(EVALGATE_PAYLOAD_TYPE, body)
-    for entry in mine:
+    for number, entry in enumerate(mine, start=1):
         signature = _b64decode(entry.get("sig"), "signature")
         try:
             public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
         except InvalidSignature:
-            continue
-        return body
-    raise EvalgateSignatureError("signature mismatch: no signature verifies the payload")
+            raise EvalgateSignatureError(
+                f"signature mismatch: signature {number} of {len(mine)} claiming the trusted "
+                f"key id {keyid} does not verify the payload"
+            ) from None
+    return body
 
 
 def _parse_statement(body: bytes) -> dict[str, Any]:
@@ -394,6 +402,26 @@ def evalgate_load_envelope(path: str) -> dict[str, Any]:
     if not isinstance(envelope, dict):
         raise EvalgateSignatureError(f"{path}: the envelope is not a JSON object")
     return envelope
+
+
+def evalgate_check_beside(statement: Mapping[str, Any], envelope_path: str) -> str | None:
+    """The ``decision.json`` lying beside an envelope (a report folder) must be the signed
+    decision; returns its path when there is one (and it is), None when there is none.
+
+    Raises :class:`EvalgateSignatureError` when it differs: the folder mixes two runs' files
+    (a signature of one decision beside another decision), so neither tells the story."""
+    beside = os.path.join(os.path.dirname(envelope_path), "decision.json")
+    if not os.path.exists(beside) or os.path.samefile(beside, envelope_path):
+        return None
+    try:
+        with open(beside, encoding="utf-8") as handle:
+            decision = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise EvalgateSignatureError(f"{beside}: cannot read the decision beside: {exc}") from None
+    if decision != statement.get("predicate"):
+        reason = "is not the signed decision: the folder mixes the files of two runs"
+        raise EvalgateSignatureError(f"{beside}: {reason}")
+    return beside
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

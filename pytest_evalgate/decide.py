@@ -29,7 +29,7 @@ from pytest_evalgate.contamination import (
     evalgate_contamination_note,
     evalgate_contamination_record,
 )
-from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.errors import EvalgatePolicyError, EvalgateStorePathError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
     EvalgatePolicy,
@@ -52,12 +52,14 @@ from pytest_evalgate.report import (
     evalgate_keep_decision,
     evalgate_last_decision,
     evalgate_markdown,
+    evalgate_replace_folder,
     evalgate_write_report,
 )
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateStoreBackend,
     evalgate_candidate_prefix,
+    evalgate_check_store_folder,
     evalgate_read_candidate,
 )
 from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_record, evalgate_tier_spec
@@ -228,16 +230,27 @@ class _Publish:
 
     def run(self, decision: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         notes: list[str] = []
-        if self.report_dir:
-            os.makedirs(self.report_dir, exist_ok=True)
-        status, envelope = self._sign(decision, notes)
-        written = self._report(decision, status, notes) if self.report_dir else []
-        if envelope:
-            written.append(envelope)
+        if not self.report_dir:
+            _status, envelope = self._sign(decision, notes, ".")
+            return ((envelope,) if envelope else ()), tuple(notes)
+        report_dir = self.report_dir
+        evalgate_check_store_folder(self.backend, report_dir, "--evalgate-report")
+        summary: list[str] = []
+
+        def fill(folder: str) -> list[str]:
+            status, envelope = self._sign(decision, notes, folder)
+            written = self._report(folder, decision, status, notes, summary)
+            return written + ([envelope] if envelope else [])
+
+        # One story per folder: this run's files replace the folder whole (report.folder).
+        written = evalgate_replace_folder(report_dir, fill)
+        step = os.environ.get(EVALGATE_STEP_SUMMARY_ENV)
+        if step and summary:
+            evalgate_append_step_summary(step, summary[0])
         return tuple(written), tuple(notes)
 
     def _sign(
-        self, decision: dict[str, Any], notes: list[str]
+        self, decision: dict[str, Any], notes: list[str], folder: str
     ) -> tuple[EvalgateSignatureStatus, str | None]:
         if not self.sign_key:
             return EvalgateSignatureStatus("unsigned"), None
@@ -246,22 +259,25 @@ class _Publish:
             notes.append(f"decision not signed: {refusal}")
             return EvalgateSignatureStatus("refused", detail=refusal), None
         envelope = evalgate_sign(evalgate_statement(decision), self.sign_key)
-        path = os.path.join(self.report_dir or ".", EVALGATE_ENVELOPE_NAME)
+        path = os.path.join(folder, EVALGATE_ENVELOPE_NAME)
         evalgate_write_envelope(envelope, path)
         keyid = str(envelope["signatures"][0]["keyid"])
         return EvalgateSignatureStatus("signed", keyid=keyid, envelope=EVALGATE_ENVELOPE_NAME), path
 
     def _report(
-        self, decision: dict[str, Any], status: EvalgateSignatureStatus, notes: list[str]
+        self,
+        folder: str,
+        decision: dict[str, Any],
+        status: EvalgateSignatureStatus,
+        notes: list[str],
+        summary: list[str],
     ) -> list[str]:
-        assert self.report_dir is not None
         previous = self._history(decision, notes)
         texts = _case_texts(self.backend, self.manifest, decision) if self.report_text else None
         context = EvalgateReportContext(status, previous, searched=True, texts=texts)
-        written = evalgate_write_report(self.report_dir, decision, context)
-        summary = os.environ.get(EVALGATE_STEP_SUMMARY_ENV)
-        if summary:
-            evalgate_append_step_summary(summary, evalgate_markdown(decision, context))
+        written = evalgate_write_report(folder, decision, context)
+        if os.environ.get(EVALGATE_STEP_SUMMARY_ENV):
+            summary.append(evalgate_markdown(decision, context))
         return written
 
     def _history(self, decision: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
@@ -270,7 +286,7 @@ class _Publish:
         try:
             previous = evalgate_last_decision(self.backend, self.manifest.suite)
             evalgate_keep_decision(self.backend, decision)
-        except OSError as exc:
+        except (OSError, EvalgateStorePathError) as exc:
             notes.append(f"decision copy not kept in the store: {exc}")
             return None
         return previous

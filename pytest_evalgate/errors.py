@@ -8,7 +8,8 @@
     │   ├── EvalgatePolicyError        gate.yaml is wrong
     │   └── EvalgateSandboxUnavailableError  no sandbox works here (says how to get one)
     ├── EvalgateStoreError             the result store cannot be written or claimed
-    │   └── EvalgateIntegrityError     stored results contradict each other (a pair judged twice)
+    │   ├── EvalgateIntegrityError     stored results contradict each other (a pair judged twice)
+    │   └── EvalgateStorePathError     a store path leaves the store (a symlink, '..')
     ├── EvalgateSandboxError           an execution's sandbox could not be set up (category sandbox)
     ├── EvalgateSignatureError         a signed decision record or override does not verify
     ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
@@ -57,6 +58,16 @@ class EvalgateStoreError(EvalgateError):
 
 class EvalgateIntegrityError(EvalgateStoreError):
     """Stored results contradict each other (for example one pair judged twice)."""
+
+
+class EvalgateStorePathError(EvalgateStoreError):
+    """A path under the store root resolves outside it (a symlink that leaves the store, a
+    ``..`` component); the message names the path, where it leads and why it is refused."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 class EvalgateSandboxError(EvalgateError):

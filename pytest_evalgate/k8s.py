@@ -4,7 +4,11 @@
 ``pytest --evalgate SUITE --evalgate-shard=$(JOB_COMPLETION_INDEX)/N`` against a shared store
 volume; one aggregation pod then gates what the store holds. With ``serving_sidecar`` the
 candidate is served inside each pod by a native sidecar (an initContainer with
-``restartPolicy: Always``) whose startup probe holds the harness back until the model is ready.
+``restartPolicy: Always``) whose startup probe holds the harness back until the model is ready;
+it loads the weights the way production does, from an OCI image volume pinned by digest
+(``pins.weights_image``, mounted read-only at ``/weights``; Kubernetes 1.31+ with the
+``ImageVolume`` feature gate, on by default from 1.35) or, with ``weights_claim``, from a
+read-only PVC a digest-checking Job prepared (docs/kubernetes.md).
 
 ``evalgate_run`` submits the objects through the official ``kubernetes`` client, follows each
 completion index, then runs aggregation. API failures become ``EvalgateK8sError`` naming the
@@ -24,9 +28,11 @@ from typing import Any, Protocol
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
 from pytest_evalgate.k8s_sandbox import evalgate_sandbox_pod
 from pytest_evalgate.manifest import evalgate_base_url_env
+from pytest_evalgate.manifest_pins import evalgate_weights_image
 
 EVALGATE_STORE_MOUNT = "/store"
 EVALGATE_SIDECAR_PORT = 8000
+EVALGATE_WEIGHTS_MOUNT = "/weights"
 EVALGATE_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 EVALGATE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _DIGEST_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
@@ -74,6 +80,7 @@ class EvalgateRenderOptions:
     backoff_limit_per_index: int = 3
     sidecar_candidate: str = "candidate"
     suite_path: str | None = None
+    weights_claim: str | None = None
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -260,7 +267,7 @@ def _pod_spec(
         "priorityClassName": opts.priority_class,
         "securityContext": _pod_security(),
         "containers": [harness],
-        "volumes": _volumes(opts, sidecar is not None),
+        "volumes": _volumes(opts, None if sidecar is None else _weights_volume(manifest, opts)),
     }
     if sidecar is not None:
         pod["initContainers"] = [sidecar]
@@ -289,16 +296,27 @@ def _local_url() -> str:
     return f"http://127.0.0.1:{EVALGATE_SIDECAR_PORT}/v1"
 
 
-def _volumes(opts: EvalgateRenderOptions, gpu: bool) -> list[_JSON]:
+def _volumes(opts: EvalgateRenderOptions, weights: _JSON | None) -> list[_JSON]:
     volumes: list[_JSON] = [
         {"name": "store", "persistentVolumeClaim": {"claimName": opts.store_claim}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
     ]
-    if gpu:
+    if weights is not None:
         # tensor-parallel workers exchange tensors through /dev/shm; the default 64Mi is too small
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}})
-        volumes.append({"name": "model-cache", "emptyDir": {}})
+        volumes.append(weights)
     return volumes
+
+
+def _weights_volume(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JSON:
+    """The candidate's weights: its OCI image by digest (the kubelet pulls and verifies it), or
+    the read-only PVC a digest-checking Job filled (``weights_claim``)."""
+    if opts.weights_claim:
+        claim = {"claimName": opts.weights_claim, "readOnly": True}
+        return {"name": "weights", "persistentVolumeClaim": claim}
+    name = opts.sidecar_candidate
+    image = evalgate_weights_image(manifest.path, name, manifest.candidates[name].pins)
+    return {"name": "weights", "image": {"reference": image, "pullPolicy": "IfNotPresent"}}
 
 
 def evalgate_container_security() -> _JSON:
@@ -340,6 +358,8 @@ def _sidecar(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JS
     candidate = manifest.candidates[name]
     key = f"candidates.{name}.pins.serving_image"
     image = evalgate_check_digest(candidate.pins.get("serving_image", ""), manifest.path, key)
+    # refused before rendering; a weights PVC holds this image's files, checked by digest
+    evalgate_weights_image(manifest.path, name, candidate.pins)
     gpus = _tensor_parallel(manifest.path, name, candidate.pins)
     return {
         "name": "serving",
@@ -347,7 +367,12 @@ def _sidecar(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JS
         "restartPolicy": "Always",
         "args": evalgate_serving_args(candidate, gpus),
         "ports": [{"name": "http", "containerPort": EVALGATE_SIDECAR_PORT}],
-        "env": [{"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            # the weights are on disk: never reach for a model hub (an enclave has no egress)
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
+        ],
         "resources": {
             "requests": {"cpu": "4", "memory": "32Gi"},
             "limits": {"nvidia.com/gpu": gpus, "memory": "64Gi"},
@@ -358,7 +383,7 @@ def _sidecar(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JS
         "volumeMounts": [
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "model-cache", "mountPath": "/models"},
+            {"name": "weights", "mountPath": EVALGATE_WEIGHTS_MOUNT, "readOnly": True},
         ],
     }
 
@@ -372,14 +397,13 @@ def _tensor_parallel(source: str, name: str, pins: Mapping[str, Any]) -> int:
 
 
 def evalgate_serving_args(candidate: EvalgateCandidateLike, gpus: int) -> list[str]:
-    """The serving container's arguments (vLLM OpenAI server flags) from the candidate's pins."""
-    model = str(candidate.pins.get("model", candidate.model))
+    """The serving container's arguments (vLLM OpenAI server flags) from the candidate's pins:
+    the model is the mounted weights folder, never a name to download."""
     args = [
-        f"--model={model}",
+        f"--model={EVALGATE_WEIGHTS_MOUNT}",
         f"--served-model-name={candidate.model}",
         f"--tensor-parallel-size={gpus}",
         f"--port={EVALGATE_SIDECAR_PORT}",
-        "--download-dir=/models",
     ]
     if candidate.pins.get("quantization"):
         args.append(f"--quantization={candidate.pins['quantization']}")

@@ -70,7 +70,8 @@ def evalgate_store_port(endpoint: str | None) -> int:
 def _on_s3(job: _JSON, options: EvalgateS3RenderOptions) -> _JSON:
     job = copy.deepcopy(job)
     pod = job["spec"]["template"]["spec"]
-    pod["volumes"] = [v for v in pod.get("volumes", []) if "persistentVolumeClaim" not in v]
+    # only the store's volume goes: a weights PVC (--weights-claim) stays
+    pod["volumes"] = [v for v in pod.get("volumes", []) if v["name"] != "store"]
     for container in pod["containers"]:
         if container["name"] == "evalgate":
             _harness_on_s3(container, options)

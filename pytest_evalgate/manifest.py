@@ -39,6 +39,7 @@ from pytest_evalgate.manifest_judge import (
     evalgate_definition_evaluator,
     evalgate_judged,
 )
+from pytest_evalgate.manifest_pins import evalgate_check_weights_pins
 from pytest_evalgate.manifest_private import evalgate_private_categories
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
@@ -277,6 +278,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     cases = tuple(_read_cases(dataset_path, model))
     definition = _definition(model, actual)
     candidates = _candidates(model)
+    for name, candidate in candidates.items():
+        evalgate_check_weights_pins(path, name, candidate.pins)  # weights image = digest
     judged = evalgate_judged(path, suite_dir, model.evaluator, model.judge, candidates)
     return EvalgateManifest(
         path=path,

@@ -12,7 +12,8 @@ import gc
 import logging
 import os
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from pytest_evalgate.decide import (
     evalgate_policy_path,
 )
 from pytest_evalgate.endpoints import EvalgateEndpointPool
-from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
 from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
@@ -44,7 +45,7 @@ from pytest_evalgate.manifest import (
 )
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
-from pytest_evalgate.report import evalgate_summary_lines
+from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
 from pytest_evalgate.runner.execution import (
     evalgate_code_scorer,
     evalgate_execution_settings,
@@ -76,7 +77,9 @@ from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateRecord,
     EvalgateSegmentWriter,
+    EvalgateStoreBackend,
     evalgate_candidate_prefix,
+    evalgate_check_store_folder,
     evalgate_open_store,
     evalgate_read_generation,
     evalgate_use_generation,
@@ -134,6 +137,7 @@ class EvalgatePlugin:
         self.store_root = str(config.getoption("evalgate_store") or config.getini("evalgate_store"))
         with evalgate_usage_errors():  # an S3 store is probed here, before any request
             self.backend = evalgate_open_store(self.store_root)
+            _check_output_folders(config, self.backend)
         self.candidates = set(config.getoption("evalgate_candidate"))
         self.aggregate_only = bool(config.getoption("evalgate_aggregate"))
         self.runner: EvalgateRunner | None = None
@@ -246,7 +250,7 @@ class EvalgatePlugin:
         items = [item for item in session.items if isinstance(item, EvalgateItem)]
         try:
             if items and not self.aggregate_only:
-                self._start(items)
+                self._start_or_exit(items)
             result = yield
         finally:
             self._stop()
@@ -309,7 +313,7 @@ class EvalgatePlugin:
         selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
         policy = suite.policy
         assert policy is not None  # loaded at collection whenever the session gates
-        with evalgate_usage_errors():
+        with evalgate_usage_errors(), _store_refusal(self.summary) as refused:
             full = selection.evalgate_is_full(suite.manifest)
             perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
             outcome = evalgate_decide(
@@ -323,6 +327,9 @@ class EvalgatePlugin:
                 tier=self.config.getoption("evalgate_tier"),
                 report_text=bool(self.config.getoption("evalgate_report_text")),
             )
+        if refused:
+            self.gate_exit = 1
+            return
         self.gate_exit = max(self.gate_exit, outcome.exit_status)
         self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
         self.summary += [f"wrote {path}" for path in outcome.written]
@@ -382,6 +389,13 @@ class EvalgatePlugin:
         terminalreporter.write_sep("=", "evalgate")
         for line in self.summary:
             terminalreporter.write_line(line)
+
+    def _start_or_exit(self, items: list[EvalgateItem]) -> None:
+        try:
+            self._start(items)
+        except EvalgateStorePathError as exc:
+            # nothing was requested or committed: the store would lead writes outside it
+            pytest.exit(f"evalgate: store refused: {exc}; nothing was requested", returncode=1)
 
     def _start(self, items: list[EvalgateItem]) -> None:
         runs = self._suite_runs(items)
@@ -625,3 +639,28 @@ def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
 def _missing(key: Any) -> dict[str, Any]:
     message = "no committed record in the store (aggregate mode sends no requests)"
     return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}
+
+
+def _check_output_folders(config: pytest.Config, backend: EvalgateStoreBackend) -> None:
+    """Before any request: the report folder can be replaced whole, and no output folder
+    inside a folder store leads out of it through a symlink (docs/security.md)."""
+    report = config.getoption("evalgate_report")
+    if report:
+        evalgate_check_store_folder(backend, report, "--evalgate-report")
+        evalgate_check_report_folder(report)
+    junit = getattr(config.option, "xmlpath", None)
+    if junit:
+        folder = os.path.dirname(os.path.abspath(junit))
+        evalgate_check_store_folder(backend, folder, "--junitxml")
+
+
+@contextmanager
+def _store_refusal(summary: list[str]) -> Iterator[list[str]]:
+    """A store path that leads out of the store ends the gate with no verdict (exit 1); the
+    summary names the path and the reason. Yields a list that holds the line when it did."""
+    refused: list[str] = []
+    try:
+        yield refused
+    except EvalgateStorePathError as exc:
+        refused.append(f"evalgate: store refused: {exc}; no verdict")
+        summary.extend(refused)

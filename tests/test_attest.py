@@ -324,6 +324,39 @@ def test_one_good_signature_among_several_is_enough(
     assert evalgate_verify(both, keys["other_pub"])["predicate"]["verdict"] == "fail"
 
 
+def test_a_failing_signature_under_the_trusted_key_id_fails_beside_a_good_one(
+    keys: dict[str, str], signed: dict[str, Any]
+) -> None:
+    # issue 19: verification fails when any signature claiming the trusted key id fails
+    forged = evalgate_sign(evalgate_statement(_decision("fail")), keys["other_priv"])
+    keyid = signed["signatures"][0]["keyid"]
+    bad = {"keyid": keyid, "sig": forged["signatures"][0]["sig"]}
+    for order in ([bad, *signed["signatures"]], [*signed["signatures"], bad]):
+        envelope = dict(signed, signatures=order)
+        with pytest.raises(EvalgateSignatureError) as caught:
+            evalgate_verify(envelope, keys["pub"])
+        assert str(caught.value) == (
+            f"signature mismatch: signature {order.index(bad) + 1} of 2 claiming the trusted "
+            f"key id {keyid} does not verify the payload"
+        )
+    assert evalgate_verify(signed, keys["pub"])["predicate"]["verdict"] == "fail"  # alone: fine
+
+
+def test_cli_verify_says_invalid_for_a_spliced_bad_signature(
+    tmp_path: Path, keys: dict[str, str], signed: dict[str, Any]
+) -> None:
+    forged = evalgate_sign(evalgate_statement(_decision("fail")), keys["other_priv"])
+    keyid = signed["signatures"][0]["keyid"]
+    spliced = dict(signed, signatures=[*signed["signatures"], {"keyid": keyid,
+                   "sig": forged["signatures"][0]["sig"]}])  # fmt: skip
+    evalgate_write_envelope(spliced, str(tmp_path / "d.dsse.json"))
+    before = (tmp_path / "d.dsse.json").read_bytes()
+    result = _cli("verify", "d.dsse.json", "--key", keys["pub"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.startswith("INVALID: signature mismatch: signature 2 of 2 claiming")
+    assert (tmp_path / "d.dsse.json").read_bytes() == before
+
+
 def test_a_foreign_payload_type_fails_even_when_signed(keys: dict[str, str]) -> None:
     key = evalgate_load_private_key(keys["priv"])
     body = evalgate_canonical_json(evalgate_statement(_decision()))

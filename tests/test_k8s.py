@@ -44,6 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "k8s"
 CRDS = REPO.parent / "shared" / "crds"
 K8S_VERSIONS = ("1.30.0", "1.33.0")
+# An image volume (the sidecar's weights) exists in the API from 1.31 (alpha, ImageVolume gate),
+# beta in 1.33, on by default from 1.35: sidecar objects are rendered and checked for those.
+SIDECAR_K8S_VERSIONS = ("1.33.0", "1.35.0")
 JSON = dict[str, Any]
 
 
@@ -184,8 +187,13 @@ def _validate(obj: JSON, crd_schemas: dict[tuple[str, str], JSON]) -> None:
             return
         jsonschema.validate(obj, crd_schemas[(obj["apiVersion"], obj["kind"])])
         return
-    for version in K8S_VERSIONS:
+    for version in SIDECAR_K8S_VERSIONS if _has_image_volume(obj) else K8S_VERSIONS:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def _has_image_volume(obj: JSON) -> bool:
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return any("image" in volume for volume in pod.get("volumes", []))
 
 
 def _base_objects() -> list[JSON]:
@@ -370,7 +378,8 @@ def test_sidecar_serves_the_candidate_on_localhost() -> None:
     assert sidecar["resources"]["limits"]["nvidia.com/gpu"] == 4
     assert "--tensor-parallel-size=4" in sidecar["args"]
     assert "--quantization=fp8" in sidecar["args"]
-    assert "--model=example-r2" in sidecar["args"]
+    assert "--model=/weights" in sidecar["args"]
+    assert not [arg for arg in sidecar["args"] if arg.startswith("--download-dir")]
     for probe in ("startupProbe", "readinessProbe"):
         assert sidecar[probe]["httpGet"] == {"path": "/health", "port": "http"}
     assert sidecar["ports"] == [{"name": "http", "containerPort": 8000}]
@@ -379,10 +388,71 @@ def test_sidecar_serves_the_candidate_on_localhost() -> None:
     assert "nvidia.com/gpu" not in json.dumps(pod["containers"])
 
 
-def test_sidecar_model_pin_overrides_the_model_name() -> None:
-    pod = _render(sidecar=True, model="hf-org/weights-r2")[0]["spec"]["template"]["spec"]
-    args = pod["initContainers"][0]["args"]
-    assert "--model=hf-org/weights-r2" in args and "--served-model-name=example-r2" in args
+def test_sidecar_loads_the_weights_image_read_only_by_digest() -> None:
+    # issue 19: evaluate the artifact you ship, not a model name downloaded into an emptyDir
+    pod = _render(sidecar=True)[0]["spec"]["template"]["spec"]
+    (sidecar,) = pod["initContainers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["weights"] == {
+        "name": "weights",
+        "image": {"reference": EXAMPLE.EXAMPLE_WEIGHTS_IMAGE, "pullPolicy": "IfNotPresent"},
+    }
+    assert not [v for v in pod["volumes"] if v.get("emptyDir") == {}]  # no download cache
+    mounts = {m["name"]: m for m in sidecar["volumeMounts"]}
+    assert mounts["weights"] == {"name": "weights", "mountPath": "/weights", "readOnly": True}
+    assert "weights" not in {m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    digest = EXAMPLE.EXAMPLE_WEIGHTS_IMAGE.split("@", 1)[1]
+    assert digest == EXAMPLE.ExampleManifest().candidates["candidate"].pins["weights_digest"]
+
+
+def test_the_image_volume_needs_kubernetes_1_31_or_later() -> None:
+    job = _render(sidecar=True)[0]
+    for version in SIDECAR_K8S_VERSIONS:
+        kubernetes_validate.validate(job, version, strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="image"):
+        kubernetes_validate.validate(job, "1.30.0", strict=True)  # no image volume source
+
+
+def test_a_weights_claim_mounts_the_prepared_pvc_read_only(
+    crd_schemas: dict[tuple[str, str], JSON],
+) -> None:
+    options = EvalgateRenderOptions(weights_claim="weights-example-r2")
+    job = evalgate_render(EXAMPLE.ExampleManifest(), 2, "img", True, options=options)[0]
+    pod = job["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    claim = {"claimName": "weights-example-r2", "readOnly": True}
+    assert volumes["weights"] == {"name": "weights", "persistentVolumeClaim": claim}
+    assert "--model=/weights" in pod["initContainers"][0]["args"]
+    for version in K8S_VERSIONS:  # a PVC works where image volumes do not
+        kubernetes_validate.validate(job, version, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("pins", "key", "reason"),
+    [
+        ({"weights_image": None}, "pins.weights_image", "a serving-sidecar run needs the weights"),
+        ({"weights_image": "registry.example/models/r2:latest"}, "pins.weights_image",
+         "must be pinned by digest (NAME@sha256:<64 hex>), got 'registry.example/models/r2:"),
+        ({"weights_digest": "sha256:" + "2" * 64}, "pins.weights_digest",
+         "must equal the digest of pins.weights_image (sha256:" + "1" * 64 + ")"),
+    ],
+)  # fmt: skip
+def test_sidecar_refuses_weights_not_pinned_by_digest(
+    pins: dict[str, Any], key: str, reason: str
+) -> None:
+    manifest = EXAMPLE.ExampleManifest()
+    candidate = manifest.candidates["candidate"]
+    changed = {**candidate.pins, **pins}
+    changed = {k: v for k, v in changed.items() if v is not None}
+    other = EXAMPLE.ExampleCandidate("candidate", candidate.model, candidate.api_key_env, changed)
+    manifest = EXAMPLE.ExampleManifest(candidates={**manifest.candidates, "candidate": other})
+    with pytest.raises(EvalgateConfigError) as info:
+        evalgate_render(manifest, 2, "img", True)
+    assert info.value.source == manifest.path
+    assert info.value.key == f"candidates.candidate.{key}"
+    assert info.value.reason.startswith(reason)
 
 
 @pytest.mark.parametrize(
@@ -436,7 +506,7 @@ def test_api_keys_come_from_a_secret_never_a_value() -> None:
 # --- the CLI on a real suite -------------------------------------------------------------------
 
 
-def _suite(tmp_path: Path, serving_image: str = EXAMPLE.EXAMPLE_SERVING_IMAGE) -> Path:
+def _suite(tmp_path: Path, serving_image: str = EXAMPLE.EXAMPLE_SERVING_IMAGE, **pins: Any) -> Path:
     suite = tmp_path / "support"
     suite.mkdir()
     rows = [
@@ -460,7 +530,13 @@ def _suite(tmp_path: Path, serving_image: str = EXAMPLE.EXAMPLE_SERVING_IMAGE) -
             "candidate": {
                 "model": "m2",
                 "base_url": "http://127.0.0.1:9/v1",
-                "pins": {"serving_image": serving_image, "tensor_parallel": 2},
+                "pins": {
+                    "serving_image": serving_image,
+                    "weights_image": EXAMPLE.EXAMPLE_WEIGHTS_IMAGE,
+                    "weights_digest": EXAMPLE.EXAMPLE_WEIGHTS_DIGEST,
+                    "tensor_parallel": 2,
+                    **pins,
+                },
             },
             "baseline": {"model": "m1", "base_url": "http://127.0.0.1:9/v1"},
         },
@@ -495,6 +571,35 @@ def test_cli_render_refuses_an_unpinned_sidecar(
     argv = ["k8s", "render", str(suite), "--image", "i", "--serving-sidecar", "--shards", "2"]
     assert cli_main(argv) == 4
     assert "pinned by digest" in capsys.readouterr().err
+
+
+def test_the_manifest_refuses_a_weights_image_whose_digest_is_not_the_pin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = "sha256:" + "2" * 64
+    suite = _suite(tmp_path, weights_digest=other)
+    before = {p.name: p.read_bytes() for p in suite.iterdir()}
+    argv = ["k8s", "render", str(suite), "--image", "i", "--serving-sidecar", "--shards", "2"]
+    assert cli_main(argv) == 4
+    captured = capsys.readouterr()
+    assert captured.out == ""  # nothing rendered
+    assert (
+        f"{suite / 'evalgate.yaml'}: candidates.candidate.pins.weights_digest: must equal the "
+        f"digest of pins.weights_image ({EXAMPLE.EXAMPLE_WEIGHTS_DIGEST}), got '{other}'"
+    ) in captured.err
+    assert {p.name: p.read_bytes() for p in suite.iterdir()} == before
+
+
+def test_a_pytest_run_refuses_an_unpinned_weights_image_with_exit_4(
+    pytester: pytest.Pytester,
+) -> None:
+    suite = _suite(pytester.path, weights_image="registry.example/models/r2:latest")
+    result = pytester.runpytest("--evalgate", str(suite), "-p", "no:cacheprovider")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(
+        ["*evalgate.yaml: candidates.candidate.pins.weights_image: must be pinned by digest*"]
+    )
+    assert not (pytester.path / ".evalgate").exists()  # nothing requested, nothing stored
 
 
 def test_cli_render_checks_the_manifests_shard_plan(

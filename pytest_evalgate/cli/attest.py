@@ -75,6 +75,9 @@ def _verify_lines(
     statement = attest.evalgate_verify(envelope, key_path)
     keyid = attest.evalgate_keyid(attest.evalgate_load_public_key(key_path))
     lines = [f"envelope: {envelope_path}", *_checked_lines(statement, keyid)]
+    beside = attest.evalgate_check_beside(statement, envelope_path)
+    if beside is not None:
+        lines.append(f"checked: {beside} beside the envelope is the signed decision")
     verdict = str(statement["predicate"].get("verdict"))
     if override_path is None:
         return lines, verdict, False

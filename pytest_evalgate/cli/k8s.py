@@ -30,6 +30,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--namespace", default="evalgate")
         command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
         command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
+        command.add_argument(
+            "--weights-claim",
+            help="sidecar weights from this read-only PVC (filled by a digest-checking Job) "
+            "instead of the pins.weights_image image volume",
+        )
         _s3_arguments(command)
     run = sub.choices["run"]
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
@@ -81,7 +86,9 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
         store_claim=args.store_claim,
         namespace=args.namespace,
         queue=args.queue or None,
-        options=EvalgateRenderOptions(suite_path=args.suite.rstrip("/")),
+        options=EvalgateRenderOptions(
+            suite_path=args.suite.rstrip("/"), weights_claim=args.weights_claim
+        ),
     )
     return _on_store(objects, args) if args.store else objects
 

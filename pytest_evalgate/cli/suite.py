@@ -117,13 +117,11 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> bool:
-    import json
-    import os
+    from pytest_evalgate.report.write import evalgate_rerender_report
 
-    from pytest_evalgate.report import evalgate_write_report
-
-    with open(os.path.join(args.directory, "decision.json"), encoding="utf-8") as handle:
-        decision = json.load(handle)
-    for path in evalgate_write_report(args.directory, decision):
+    written, note = evalgate_rerender_report(args.directory)
+    for path in written:
         print(f"wrote {path}")
+    if note:
+        print(note)
     return True

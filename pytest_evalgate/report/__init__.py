@@ -6,7 +6,8 @@
   ``changes``: candidate against baseline pins, and the definition against the last decision.
 - ``markdown``: ``report.md``; ``html`` and ``style``: ``report.html``; ``forest``:
   ``forest.png`` and the inline SVG figures; ``write``: the files of a report folder and the
-  step summary; ``history``: decisions kept in the store.
+  step summary; ``folder``: a report folder replaced whole by each run; ``history``:
+  decisions kept in the store.
 
 No report holds a case's input, target or output unless the context carries case text
 (``--evalgate-report-text``).
@@ -18,6 +19,11 @@ from pytest_evalgate.report.facts import (
     EvalgateReportContext,
     EvalgateSignatureStatus,
     evalgate_verdict_reason,
+)
+from pytest_evalgate.report.folder import (
+    EVALGATE_REPORT_FILES,
+    evalgate_check_report_folder,
+    evalgate_replace_folder,
 )
 from pytest_evalgate.report.history import evalgate_keep_decision, evalgate_last_decision
 from pytest_evalgate.report.html import evalgate_html
@@ -32,14 +38,17 @@ from pytest_evalgate.report.write import (
 
 __all__ = [
     "EVALGATE_ENVELOPE_NAME",
+    "EVALGATE_REPORT_FILES",
     "EvalgateReportContext",
     "EvalgateSignatureStatus",
     "evalgate_append_step_summary",
+    "evalgate_check_report_folder",
     "evalgate_decision",
     "evalgate_html",
     "evalgate_keep_decision",
     "evalgate_last_decision",
     "evalgate_markdown",
+    "evalgate_replace_folder",
     "evalgate_summary_lines",
     "evalgate_verdict_reason",
     "evalgate_write_report",

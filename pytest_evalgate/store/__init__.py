@@ -25,6 +25,7 @@ from pytest_evalgate.store.backend import (
     EVALGATE_FAULT_COMMIT_PAUSE_ENV,
     EvalgateLocalStore,
     EvalgateStoreBackend,
+    evalgate_check_store_folder,
 )
 from pytest_evalgate.store.generations import (
     EVALGATE_GENERATION_MARKER,
@@ -94,6 +95,7 @@ __all__ = [
     "EvalgateTiming",
     "EvalgateUsage",
     "evalgate_candidate_prefix",
+    "evalgate_check_store_folder",
     "evalgate_checksum_ok",
     "evalgate_generation_prefix",
     "evalgate_generations",

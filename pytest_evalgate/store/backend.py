@@ -3,6 +3,10 @@
 Every other store module reaches storage only through ``EvalgateStoreBackend``, so an object
 store is one more module implementing it (publish-never-replace becomes a conditional put),
 without touching the writer, the reader or their callers.
+
+The folder backend resolves every path through ``store.paths``: a symlink (or ``..``) that
+leads out of the root is refused for reading, listing and writing with an
+``EvalgateStorePathError`` naming the path and where it leads; nothing is read or written there.
 """
 
 from __future__ import annotations
@@ -12,6 +16,13 @@ import os
 import time
 import uuid
 from typing import Protocol
+
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
+from pytest_evalgate.store.paths import (
+    evalgate_check_inside,
+    evalgate_open_nofollow,
+    evalgate_store_path,
+)
 
 EVALGATE_FAULT_COMMIT_PAUSE_ENV = "PYTEST_EVALGATE_FAULT_COMMIT_PAUSE_S"
 
@@ -39,12 +50,20 @@ class EvalgateLocalStore:
         self.root = root
 
     def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
-        """Write to a hidden temp file, fsync, rename (no replace), fsync the folder."""
-        target = os.path.join(self.root, relpath)
+        """Write to a hidden temp file, fsync, rename (no replace), fsync the folder.
+
+        The target's folder is resolved inside the root before and after it is created, and
+        the temp file is opened with ``O_EXCL | O_NOFOLLOW``: no byte lands outside the store.
+        """
+        target = evalgate_store_path(self.root, relpath)
         folder = os.path.dirname(target)
         os.makedirs(folder, exist_ok=True)
+        # again: a component swapped for a symlink while the folders were being made
+        target = evalgate_store_path(self.root, relpath)
+        folder = os.path.dirname(target)
         temp = os.path.join(folder, f".tmp-{uuid.uuid4().hex}")
-        with open(temp, "wb") as handle:
+        fd = evalgate_open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
@@ -57,26 +76,43 @@ class EvalgateLocalStore:
         _fsync_dir(folder)
 
     def evalgate_list(self, prefix: str) -> list[str]:
-        """Committed segments (``*.jsonl``, not hidden) under ``prefix``."""
-        base = os.path.join(self.root, prefix)
+        """Committed segments (``*.jsonl``, not hidden) under ``prefix``.
+
+        Symlinked folders are not descended (``os.walk``'s default); a symlinked segment is
+        listed, and reading it is refused when it leads out of the store.
+        """
+        base = evalgate_store_path(self.root, prefix)
         found: list[str] = []
         for folder, _dirs, files in os.walk(base):
-            rel = os.path.relpath(folder, self.root)
-            found.extend(f"{rel}/{name}" for name in files if _is_segment(name))
+            rel = os.path.relpath(folder, base)
+            lead = prefix if rel == "." else f"{prefix}/{rel}" if prefix else rel
+            found.extend(f"{lead}/{name}" if lead else name for name in files if _is_segment(name))
         return sorted(found)
 
     def evalgate_read(self, relpath: str) -> bytes:
-        """Read one segment's bytes."""
-        with open(os.path.join(self.root, relpath), "rb") as handle:
+        """Read one segment's bytes (refused when its path leads out of the store)."""
+        fd = evalgate_open_nofollow(evalgate_store_path(self.root, relpath), os.O_RDONLY)
+        with os.fdopen(fd, "rb") as handle:
             return handle.read()
 
     def evalgate_children(self, prefix: str) -> list[str]:
         """Names directly under ``prefix``, hidden temp files left out."""
         try:
-            names = os.listdir(os.path.join(self.root, prefix))
-        except FileNotFoundError:
+            names = os.listdir(evalgate_store_path(self.root, prefix))
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(name for name in names if not name.startswith("."))
+
+
+def evalgate_check_store_folder(backend: EvalgateStoreBackend, path: str, key: str) -> None:
+    """Refuse an output folder (``key`` names its option) that lies inside a folder store but
+    resolves outside it through a symlink (``EvalgateConfigError``, exit 4)."""
+    if not isinstance(backend, EvalgateLocalStore):
+        return
+    try:
+        evalgate_check_inside(backend.root, path)
+    except EvalgateStorePathError as exc:
+        raise EvalgateConfigError(path, key, exc.reason) from None
 
 
 def _fault_pause() -> None:

@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping
 
 from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
 
@@ -55,19 +56,27 @@ def evalgate_read_journal(
     of an identity wins; malformed lines and unreadable objects are skipped)."""
     found: dict[str, EvalgateOutcome] = {}
     base = f"{generation_prefix}/{EVALGATE_JOURNAL_DIR}"
-    for shard_dir in backend.evalgate_children(base):
+    for shard_dir in _children(backend, base):
         folder = f"{base}/{shard_dir}"
-        for name in backend.evalgate_children(folder):
+        for name in _children(backend, folder):
             if name.endswith(EVALGATE_JOURNAL_SUFFIX):
                 _take(found, _read(backend, f"{folder}/{name}"))
     return found
 
 
+def _children(backend: EvalgateStoreBackend, prefix: str) -> list[str]:
+    try:
+        return backend.evalgate_children(prefix)
+    except EvalgateStorePathError:
+        return []  # a journal folder symlinked out of the store is not read: nothing replayed
+
+
 def _read(backend: EvalgateStoreBackend, relpath: str) -> bytes:
     try:
         return backend.evalgate_read(relpath)
-    except OSError:
-        return b""  # gone or unreadable: its identities are requested again
+    except (OSError, EvalgateStorePathError):
+        # gone, unreadable, or a symlink out of the store: its identities are requested again
+        return b""
 
 
 def _take(found: dict[str, EvalgateOutcome], data: bytes) -> None:

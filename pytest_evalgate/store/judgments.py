@@ -30,8 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
+from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
-from pytest_evalgate.store.reader import EvalgateStoreProblem
+from pytest_evalgate.store.reader import EvalgateStoreProblem, evalgate_path_problem
 from pytest_evalgate.store.records import evalgate_checksum_ok, evalgate_seal
 
 EVALGATE_JUDGMENT_FIELDS = frozenset(
@@ -164,8 +165,17 @@ def evalgate_read_judgments(
 ) -> EvalgateJudgmentView:
     """Read and verify every committed judgment under ``prefix``."""
     view = EvalgateJudgmentView()
-    for relpath in backend.evalgate_list(prefix):
-        data = backend.evalgate_read(relpath)
+    try:
+        listed = backend.evalgate_list(prefix)
+    except EvalgateStorePathError as exc:
+        evalgate_path_problem(view.problems, prefix, exc)
+        return view
+    for relpath in listed:
+        try:
+            data = backend.evalgate_read(relpath)
+        except EvalgateStorePathError as exc:
+            evalgate_path_problem(view.problems, relpath, exc)
+            continue
         for number, line in enumerate(data.split(b"\n"), start=1):
             if line.strip():
                 _take_line(view, relpath, number, line, context)

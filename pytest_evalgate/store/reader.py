@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.generations import evalgate_generation_prefix, evalgate_generations
 from pytest_evalgate.store.records import (
@@ -65,7 +66,12 @@ def evalgate_read_candidate(
 
     A folder without generations (the layout before generations existed) is read whole.
     """
-    generations = evalgate_generations(backend, prefix)
+    try:
+        generations = evalgate_generations(backend, prefix)
+    except EvalgateStorePathError as exc:
+        view = EvalgateStoreView()
+        evalgate_path_problem(view.problems, prefix, exc)
+        return view
     folder = evalgate_generation_prefix(prefix, generations[-1]) if generations else prefix
     return evalgate_read_generation(backend, folder, expect)
 
@@ -94,15 +100,35 @@ class EvalgateStoreFollower:
         self._seen: set[str] = set()
 
     def evalgate_poll(self) -> EvalgateStoreView:
-        """Read the segments committed since the last poll; returns the cumulative view."""
-        for relpath in self.backend.evalgate_list(self.prefix):
+        """Read the segments committed since the last poll; returns the cumulative view.
+
+        A folder or segment whose path leads out of the store (a symlink) is a problem of the
+        view, named with its path and target, and is not read."""
+        try:
+            listed = self.backend.evalgate_list(self.prefix)
+        except EvalgateStorePathError as exc:
+            evalgate_path_problem(self.view.problems, self.prefix, exc)
+            return self.view
+        for relpath in listed:
             if relpath in self._seen:
                 continue
             self._seen.add(relpath)
             self.view.segments += 1
-            for number, line in _lines(self.backend, relpath):
+            try:
+                lines = list(_lines(self.backend, relpath))
+            except EvalgateStorePathError as exc:
+                evalgate_path_problem(self.view.problems, relpath, exc)
+                continue
+            for number, line in lines:
                 _take(self.view, relpath, number, line, self.expect)
         return self.view
+
+
+def evalgate_path_problem(
+    problems: list[EvalgateStoreProblem], relpath: str, exc: EvalgateStorePathError
+) -> None:
+    """Record a refused store path (a symlink out of the store) as a problem of a view."""
+    problems.append(EvalgateStoreProblem(relpath, 0, "<not read>", exc.reason))
 
 
 def _lines(backend: EvalgateStoreBackend, relpath: str) -> Iterator[tuple[int, bytes]]:
