@@ -29,7 +29,7 @@ from pytest_evalgate.contamination import (
     evalgate_contamination_note,
     evalgate_contamination_record,
 )
-from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.errors import EvalgatePolicyError, EvalgateStoreError
 from pytest_evalgate.gate import (
     EvalgateGateResult,
     EvalgatePolicy,
@@ -49,8 +49,10 @@ from pytest_evalgate.report import (
     evalgate_append_step_summary,
     evalgate_decision,
     evalgate_keep_decision,
+    evalgate_keep_report,
     evalgate_last_decision,
     evalgate_markdown,
+    evalgate_report_prefix,
     evalgate_write_report,
 )
 from pytest_evalgate.store import (
@@ -229,9 +231,11 @@ class _Publish:
         if self.report_dir:
             os.makedirs(self.report_dir, exist_ok=True)
         status, envelope = self._sign(decision, notes)
-        written = self._report(decision, status, notes) if self.report_dir else []
+        written, kept = self._report(decision, status, notes) if self.report_dir else ([], None)
         if envelope:
             written.append(envelope)
+        if kept is not None:
+            self._keep_report(kept, written, notes)
         return tuple(written), tuple(notes)
 
     def _sign(
@@ -251,27 +255,41 @@ class _Publish:
 
     def _report(
         self, decision: dict[str, Any], status: EvalgateSignatureStatus, notes: list[str]
-    ) -> list[str]:
+    ) -> tuple[list[str], str | None]:
         assert self.report_dir is not None
-        previous = self._history(decision, notes)
+        previous, kept = self._history(decision, notes)
         texts = _case_texts(self.backend, self.manifest, decision) if self.report_text else None
         context = EvalgateReportContext(status, previous, searched=True, texts=texts)
         written = evalgate_write_report(self.report_dir, decision, context)
         summary = os.environ.get(EVALGATE_STEP_SUMMARY_ENV)
         if summary:
             evalgate_append_step_summary(summary, evalgate_markdown(decision, context))
-        return written
+        return written, kept
 
-    def _history(self, decision: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+    def _history(
+        self, decision: dict[str, Any], notes: list[str]
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """The last decision kept for this suite, then keep this one (a store that cannot
-        take the copy costs the next report its comparison, not this run its verdict)."""
+        take the copy costs the next report its comparison, not this run its verdict);
+        returns it and the store path of this decision's copy."""
         try:
             previous = evalgate_last_decision(self.backend, self.manifest.suite)
-            evalgate_keep_decision(self.backend, decision)
+            kept = evalgate_keep_decision(self.backend, decision)
         except OSError as exc:
             notes.append(f"decision copy not kept in the store: {exc}")
-            return None
-        return previous
+            return None, None
+        return previous, kept
+
+    def _keep_report(self, kept: str, written: list[str], notes: list[str]) -> None:
+        """Publish the report folder beside the decision copy (``report.artifacts``): on an
+        S3 store, the aggregation pod's report lands in the bucket. A failure is a note."""
+        try:
+            published = evalgate_keep_report(self.backend, kept, written)
+        except (OSError, EvalgateStoreError) as exc:
+            notes.append(f"report not kept in the store: {exc}")
+            return
+        prefix = evalgate_report_prefix(kept)
+        notes.append(f"report kept in the store: {prefix}/ ({len(published)} files)")
 
 
 def _case_texts(
