@@ -28,7 +28,7 @@ not offered (a native sidecar has no place in a Polyaxon job).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,6 @@ from pytest_evalgate.k8s_store import EvalgateS3RenderOptions, evalgate_s3_store
 from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV
 
 _JSON = dict[str, Any]
-EVALGATE_POLYAXON_FILES = ("worker.yaml", "aggregate.yaml", "pipeline.yaml")
 _INDEX = "$(JOB_COMPLETION_INDEX)"
 _OUTPUTS = "{{ globals.run_outputs_path }}"
 # pod fields -> the Polyaxon environment's names for them
@@ -80,10 +79,13 @@ def evalgate_polyaxon_render(
 ) -> dict[str, _JSON]:
     """The polyaxonfiles of ``manifest`` for ``shards`` workers, by file name (module docstring).
 
-    ``EvalgateConfigError`` for fewer than one shard, a malformed S3 location or credentials
-    choice, or a pod that needs what a Polyaxon job cannot express.
+    ``EvalgateConfigError`` for fewer than one shard, negative retries, a malformed S3 location
+    or credentials choice, or a pod that needs what a Polyaxon job cannot express.
     """
     opts = options or EvalgatePolyaxonOptions()
+    if opts.max_retries < 0:
+        reason = f"a shard's retries must be 0 or more, got {opts.max_retries}"
+        raise EvalgateConfigError("--max-retries", str(opts.max_retries), reason)
     objects = evalgate_render(
         manifest,
         shards,
@@ -139,7 +141,7 @@ def _aggregate(source: str, job: _JSON, slug: str, revision: str) -> _JSON:
     return component
 
 
-def _component(source: str, job: _JSON, name: str, word: Any) -> _JSON:
+def _component(source: str, job: _JSON, name: str, word: Callable[[str], str]) -> _JSON:
     template = job["spec"]["template"]
     pod = copy.deepcopy(template["spec"])
     _refuse_unexpressible(source, pod)

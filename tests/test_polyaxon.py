@@ -396,6 +396,7 @@ def test_cli_check_names_a_wrong_input_in_the_pipeline(
         (["--store", "s3://bucket/p"], "choose one way to S3 credentials"),
         (["--store", "http://bucket"], "an S3 store is s3://BUCKET"),
         (["--shards", "0"], "need at least 1 shard"),
+        (["--max-retries", "-1"], "a shard's retries must be 0 or more, got -1"),
     ],
 )
 def test_cli_render_refuses_bad_input_with_exit_4_and_writes_nothing(
