@@ -8,6 +8,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -418,3 +421,24 @@ def test_cli_check_of_a_file_that_is_not_yaml_is_exit_4(
     assert cli_main(["polyaxon", "check", str(bad)]) == 4
     assert f"{bad}: (top): not valid YAML" in capsys.readouterr().err
     assert cli_main(["polyaxon", "check", str(tmp_path / "absent.yaml")]) == 4
+
+
+def test_polyaxons_cli_check_passes_the_rendered_pipeline_and_fails_a_wrong_key(
+    tmp_path: Path,
+) -> None:
+    # `polyaxon check -f FILE`, the command docs/polyaxon.md names; offline (a temp HOME)
+    folder = _write(tmp_path / "good", _files(3))
+    bad = _write(tmp_path / "bad", _wrong_matrix_key(_files(3)))
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+
+    def check(folder: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "polyaxon", "check", "-f", "pipeline.yaml"]
+        return subprocess.run(
+            argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+
+    good = check(folder)
+    assert good.returncode == 0 and "Polyaxonfile valid" in good.stdout
+    refused = check(bad)
+    assert refused.returncode == 1
+    assert "Input shard is required" in refused.stdout
