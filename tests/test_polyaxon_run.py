@@ -115,22 +115,23 @@ def test_the_rendered_pipeline_runs_shards_then_gates_on_s3(
     for name, body in files.items():
         (tmp_path / name).write_text(yaml.safe_dump(body, sort_keys=False), encoding="utf-8")
     matrix = files["pipeline.yaml"]["run"]["operations"][0]["matrix"]["values"]
-    rows = 0
+    rows: list[tuple[str | None, str | None]] = []
     for values in matrix:  # the mapping: one worker run per value
         run_path = f"runs/shard-{values['shard']}"
         container = _resolve(tmp_path / "worker.yaml", values, run_path)
         status, output = _run(container, tmp_path, seaweed)
         assert status == 0, output[-3000:]
         junit = tmp_path / "artifacts" / run_path / "outputs" / f"junit-shard-{values['shard']}.xml"
-        rows += len(_testcases(junit))
-    assert rows == 2 * CASES_PER_CATEGORY * 2  # every identity, each in one shard's rows
+        rows += [(case.get("classname"), case.get("name")) for case in _testcases(junit)]
+    # every identity (2 categories x 6 cases x 2 candidates), each in exactly one shard's rows
+    assert len(rows) == len(set(rows)) == 2 * CASES_PER_CATEGORY * 2
     container = _resolve(tmp_path / "aggregate.yaml", {}, "runs/aggregate")
     status, output = _run(container, tmp_path, seaweed)
     assert status == 0, output[-3000:]
     report = tmp_path / "artifacts" / "runs" / "aggregate" / "outputs" / "report"
     decision = json.loads((report / "decision.json").read_text())
     assert decision["verdict"] == "pass"
-    assert decision["counts"]["completed"] == decision["counts"]["expected"] == rows
+    assert decision["counts"]["completed"] == decision["counts"]["expected"] == len(rows)
     bucket = EvalgateS3Store(location, client=seaweed.client())
     (kept,) = bucket.evalgate_children(f"{manifest.suite}/decisions")
     prefix = f"{manifest.suite}/reports/{kept.removesuffix('.json')}"
