@@ -29,7 +29,11 @@ from pytest_evalgate.contamination import (
     evalgate_contamination_note,
     evalgate_contamination_record,
 )
-from pytest_evalgate.errors import EvalgatePolicyError, EvalgateStorePathError
+from pytest_evalgate.errors import (
+    EvalgatePolicyError,
+    EvalgateStoreError,
+    EvalgateStorePathError,
+)
 from pytest_evalgate.gate import (
     EvalgateGateResult,
     EvalgatePolicy,
@@ -50,9 +54,11 @@ from pytest_evalgate.report import (
     evalgate_append_step_summary,
     evalgate_decision,
     evalgate_keep_decision,
+    evalgate_keep_report,
     evalgate_last_decision,
     evalgate_markdown,
     evalgate_replace_folder,
+    evalgate_report_prefix,
     evalgate_write_report,
 )
 from pytest_evalgate.store import (
@@ -236,10 +242,11 @@ class _Publish:
         report_dir = self.report_dir
         evalgate_check_store_folder(self.backend, report_dir, "--evalgate-report")
         summary: list[str] = []
+        kept: list[str | None] = [None]
 
         def fill(folder: str) -> list[str]:
             status, envelope = self._sign(decision, notes, folder)
-            written = self._report(folder, decision, status, notes, summary)
+            written, kept[0] = self._report(folder, decision, status, notes, summary)
             return written + ([envelope] if envelope else [])
 
         # One story per folder: this run's files replace the folder whole (report.folder).
@@ -247,6 +254,8 @@ class _Publish:
         step = os.environ.get(EVALGATE_STEP_SUMMARY_ENV)
         if step and summary:
             evalgate_append_step_summary(step, summary[0])
+        if kept[0] is not None:
+            self._keep_report(kept[0], written, notes)
         return tuple(written), tuple(notes)
 
     def _sign(
@@ -271,25 +280,39 @@ class _Publish:
         status: EvalgateSignatureStatus,
         notes: list[str],
         summary: list[str],
-    ) -> list[str]:
-        previous = self._history(decision, notes)
+    ) -> tuple[list[str], str | None]:
+        previous, kept = self._history(decision, notes)
         texts = _case_texts(self.backend, self.manifest, decision) if self.report_text else None
         context = EvalgateReportContext(status, previous, searched=True, texts=texts)
         written = evalgate_write_report(folder, decision, context)
         if os.environ.get(EVALGATE_STEP_SUMMARY_ENV):
             summary.append(evalgate_markdown(decision, context))
-        return written
+        return written, kept
 
-    def _history(self, decision: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+    def _history(
+        self, decision: dict[str, Any], notes: list[str]
+    ) -> tuple[dict[str, Any] | None, str | None]:
         """The last decision kept for this suite, then keep this one (a store that cannot
-        take the copy costs the next report its comparison, not this run its verdict)."""
+        take the copy costs the next report its comparison, not this run its verdict);
+        returns it and the store path of this decision's copy."""
         try:
             previous = evalgate_last_decision(self.backend, self.manifest.suite)
-            evalgate_keep_decision(self.backend, decision)
+            kept = evalgate_keep_decision(self.backend, decision)
         except (OSError, EvalgateStorePathError) as exc:
             notes.append(f"decision copy not kept in the store: {exc}")
-            return None
-        return previous
+            return None, None
+        return previous, kept
+
+    def _keep_report(self, kept: str, written: list[str], notes: list[str]) -> None:
+        """Publish the report folder beside the decision copy (``report.artifacts``): on an
+        S3 store, the aggregation pod's report lands in the bucket. A failure is a note."""
+        try:
+            published = evalgate_keep_report(self.backend, kept, written)
+        except (OSError, EvalgateStoreError) as exc:
+            notes.append(f"report not kept in the store: {exc}")
+            return
+        prefix = evalgate_report_prefix(kept)
+        notes.append(f"report kept in the store: {prefix}/ ({len(published)} files)")
 
 
 def _case_texts(

@@ -46,6 +46,7 @@ from pytest_evalgate.manifest import (
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
+from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
 from pytest_evalgate.runner.execution import (
     evalgate_code_scorer,
     evalgate_execution_settings,
@@ -97,6 +98,9 @@ class EvalgateSuite:
         self, config: pytest.Config, path: str, policy_path: str | None, gates: bool
     ) -> None:
         self.manifest = evalgate_load_manifest(path)
+        # a pod rendered for another definition must not run this one (polyaxon render)
+        expected = os.environ.get(EVALGATE_DEFINITION_ENV)
+        evalgate_check_definition(path, self.manifest.definition_digest, expected)
         evaluator = self.manifest.evaluator
         options = dict(evaluator["options"])
         extra: dict[str, Any] = {}

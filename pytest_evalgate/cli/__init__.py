@@ -29,6 +29,7 @@ from pytest_evalgate.cli.command import (
 from pytest_evalgate.cli.contamination import evalgate_contamination_commands
 from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
+from pytest_evalgate.cli.polyaxon import evalgate_polyaxon_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
 from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
@@ -60,6 +61,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_serve_commands(),
         *evalgate_shard_plan_commands(),
         *evalgate_k8s_commands(),
+        *evalgate_polyaxon_commands(),
         *evalgate_registry_commands(),
         *evalgate_admission_commands(),
         *evalgate_canary_commands(),

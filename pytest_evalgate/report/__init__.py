@@ -7,7 +7,7 @@
 - ``markdown``: ``report.md``; ``html`` and ``style``: ``report.html``; ``forest``:
   ``forest.png`` and the inline SVG figures; ``write``: the files of a report folder and the
   step summary; ``folder``: a report folder replaced whole by each run; ``history``:
-  decisions kept in the store.
+  decisions kept in the store; ``artifacts``: report folders kept in the store beside them.
 
 No report holds a case's input, target or output unless the context carries case text
 (``--evalgate-report-text``).
@@ -15,6 +15,7 @@ No report holds a case's input, target or output unless the context carries case
 
 from __future__ import annotations
 
+from pytest_evalgate.report.artifacts import evalgate_keep_report, evalgate_report_prefix
 from pytest_evalgate.report.facts import (
     EvalgateReportContext,
     EvalgateSignatureStatus,
@@ -46,9 +47,11 @@ __all__ = [
     "evalgate_decision",
     "evalgate_html",
     "evalgate_keep_decision",
+    "evalgate_keep_report",
     "evalgate_last_decision",
     "evalgate_markdown",
     "evalgate_replace_folder",
+    "evalgate_report_prefix",
     "evalgate_summary_lines",
     "evalgate_verdict_reason",
     "evalgate_write_report",

@@ -36,7 +36,8 @@ class EvalgateJournalWriter:
         self._waiters: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
         self._failed = False
-        self.published = 0
+        self.published = 0  # lines
+        self.objects = 0  # journal objects published
 
     async def evalgate_append(self, folder: str, line: bytes) -> None:
         """Journal ``line`` in ``folder``; returns when it is published (or failed, logged)."""
@@ -71,6 +72,7 @@ class EvalgateJournalWriter:
                 self.backend.evalgate_write_atomic(
                     evalgate_journal_name(folder, self.writer, self._seq), data
                 )
+                self.objects += 1
                 return
             except FileExistsError:
                 continue  # a name taken by another process with this writer id: the next one
