@@ -26,7 +26,7 @@ from pytest_evalgate.decide import (
     evalgate_pair,
     evalgate_policy_path,
 )
-from pytest_evalgate.endpoints import EvalgateEndpointPool
+from pytest_evalgate.endpoints import EvalgateEndpointPool, evalgate_check_endpoints
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.items import (
     EvalgateFile,
@@ -36,7 +36,7 @@ from pytest_evalgate.items import (
     evalgate_rule_reports,
     evalgate_testcase_properties,
 )
-from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
+from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints, evalgate_check_judge_endpoint
 from pytest_evalgate.manifest import (
     EVALGATE_MANIFEST_NAME,
     EvalgateManifest,
@@ -176,11 +176,21 @@ class EvalgatePlugin:
             try:
                 suite = EvalgateSuite(self.config, path, self._policy_option(), self._gates())
                 suite.execution = self._execution(suite)  # scorer: code: its sandbox share
+                self._check_endpoints(suite.manifest)
                 self.suites[path] = suite
             except EvalgateConfigError as exc:
                 self.config_errors.append(exc)
                 self.suites[path] = None
         return self.suites[path]
+
+    def _check_endpoints(self, manifest: EvalgateManifest) -> None:
+        # Keys, URL overrides and simulator knobs are checked at collection, in the process
+        # that will call them: a run that would stop at its first request stops before it.
+        if self.aggregate_only or self.config.option.collectonly:
+            return
+        names = [name for name in manifest.candidates if self.evalgate_wants_candidate(name)]
+        evalgate_check_endpoints(manifest, names)
+        evalgate_check_judge_endpoint(manifest)
 
     def evalgate_wants_candidate(self, name: str) -> bool:
         """Whether ``--evalgate-candidate`` selects ``name`` (all when not given)."""

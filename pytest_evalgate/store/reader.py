@@ -1,6 +1,7 @@
 """Reading the store: every line verified, problems named, results keyed by identity.
 
-Malformed JSON, missing fields, checksum failures, records of another definition digest, dataset
+Malformed JSON, missing fields, values of the wrong type or NaN (``recordcheck``), checksum
+failures, records of another definition digest, dataset
 revision or candidate key, and conflicting duplicates are reported as ``EvalgateStoreProblem``
 (file, line, identity, reason); identical duplicates collapse and are counted. An identity whose
 records are all errors has no result; a later success supersedes them. Reading changes nothing.
@@ -15,6 +16,7 @@ from typing import Any, cast
 
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.generations import evalgate_generation_prefix, evalgate_generations
+from pytest_evalgate.store.recordcheck import evalgate_record_problem
 from pytest_evalgate.store.records import (
     EVALGATE_RECORD_FIELDS,
     EvalgateIdentity,
@@ -159,6 +161,9 @@ def _parse_record(line: bytes, expect: EvalgateExpectation) -> tuple[EvalgateRec
         return None, "malformed line (not JSON): a truncated or corrupted record"
     if not isinstance(record, dict) or not evalgate_has_fields(record, EVALGATE_RECORD_FIELDS):
         return None, "malformed record: fields differ from the record schema"
+    problem = evalgate_record_problem(record)  # before the checksum: it may re-canonicalise
+    if problem is not None:
+        return None, problem
     if not evalgate_checksum_ok(line, record):
         return None, "checksum mismatch: the record was altered or corrupted"
     return _check_expectation(record, expect)
@@ -177,8 +182,7 @@ def _check_expectation(
         or identity.get("dataset_revision") != expect.dataset_revision
     ):
         return None, "foreign dataset revision"
-    # Its fields are the schema's and its checksum holds, so a writer of this package sealed it;
-    # the values' types are trusted, not checked one by one.
+    # Its fields are the schema's, each of the right type (recordcheck), and its checksum holds.
     return cast(EvalgateRecord, record), ""
 
 
