@@ -10,7 +10,7 @@ records are all errors has no result; a later success supersedes them. Reading c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -53,11 +53,17 @@ class EvalgateStoreView:
 
 @dataclass(frozen=True)
 class EvalgateExpectation:
-    """What every record in a candidate folder must agree with."""
+    """What every record in a candidate folder must agree with.
+
+    ``check`` (optional) is called once per record that passed every other check and returns
+    why the record does not belong (a store problem), or None: aggregation passes the suite
+    check (``suitecheck``), so a record moved to another slice makes the run invalid.
+    """
 
     definition_digest: str
     dataset_revision: str
     candidate_key: str
+    check: Callable[[Mapping[str, Any]], str | None] | None = field(default=None, compare=False)
 
 
 def evalgate_read_candidate(
@@ -183,6 +189,9 @@ def _check_expectation(
     ):
         return None, "foreign dataset revision"
     # Its fields are the schema's, each of the right type (recordcheck), and its checksum holds.
+    problem = None if expect.check is None else expect.check(record)
+    if problem is not None:
+        return None, problem
     return cast(EvalgateRecord, record), ""
 
 
