@@ -41,8 +41,15 @@ def evalgate_check_endpoints(manifest: EvalgateManifest, names: Iterable[str]) -
         candidate = manifest.candidates[name]
         for url in _urls(candidate):
             if url.startswith(EVALGATE_SIMULATED_SCHEME):
-                evalgate_parse_simulated_url(url)
+                _check_knobs(manifest, name, url)
         _api_key(manifest, candidate)
+
+
+def _check_knobs(manifest: EvalgateManifest, name: str, url: str) -> None:
+    try:
+        evalgate_parse_simulated_url(url)
+    except EvalgateConfigError as exc:
+        raise EvalgateConfigError(manifest.path, f"candidates.{name}.base_url", str(exc)) from None
 
 
 def _urls(candidate: EvalgateCandidate) -> tuple[str, ...]:

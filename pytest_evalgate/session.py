@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_evalgate.aggregate import EvalgateSelection
+from pytest_evalgate.aggregate_items import evalgate_stored_outcomes
 from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.decide import (
@@ -257,6 +258,8 @@ class EvalgatePlugin:
         try:
             if items and not self.aggregate_only:
                 self._start(items)
+            elif items:
+                self._load_outcomes(items)  # aggregate mode: each item shows its stored record
             result = yield
         finally:
             self._stop()
@@ -430,6 +433,15 @@ class EvalgatePlugin:
         # items: ~0.5 s less per run). Not unfrozen at cleanup, which gave that time back; the
         # price: an in-process nested session (pytester) keeps its cyclic garbage.
         gc.freeze()
+
+    def _load_outcomes(self, items: list[EvalgateItem]) -> None:
+        for path in sorted({item.suite_path for item in items}):
+            suite = self.suites[path]
+            assert suite is not None
+            names = sorted({item.candidate for item in items if item.suite_path == path})
+            with evalgate_usage_errors():  # a policy naming an unknown candidate
+                pair = None if suite.policy is None else evalgate_pair(suite.manifest, suite.policy)
+            self.stored.update(evalgate_stored_outcomes(self.backend, suite.manifest, names, pair))
 
     def _progress_line(self) -> EvalgateProgressLine | None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -633,5 +645,5 @@ def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
 
 
 def _missing(key: Any) -> dict[str, Any]:
-    message = "no committed record in the store (aggregate mode sends no requests)"
+    message = "no committed record in the store that verifies (aggregate mode sends no requests)"
     return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}
