@@ -115,6 +115,8 @@ class EvalgateItem(pytest.Item):
             # One identical reason per stopped candidate: pytest folds these skips into one
             # summary line, while the probe that met the fatal error stays an error.
             pytest.skip(error["message"])
+        if error is not None and error["category"] == "missing":  # aggregate mode
+            pytest.fail(f"no result [missing]: {error['message']}", pytrace=False)
         if error is not None and error["category"] == "sandbox":  # scorer: code
             pytest.fail(f"sandbox error [sandbox]: {error['message']}", pytrace=False)
         if error is not None:
