@@ -213,3 +213,23 @@ def test_aggregate_mode_over_an_edited_store_is_invalid_and_names_the_record(
     assert "verdict INVALID" in out
     assert f"INVALID: {segment.relative_to(store)}:1: " in out
     assert "no result [missing]: no committed record in the store that verifies" in out
+
+
+def test_an_unreadable_segment_makes_the_run_invalid_naming_it(
+    filled: _Filled, tmp_path: Path, capsys: Capsys
+) -> None:
+    store = tmp_path / "store"
+    shutil.copytree(filled.store, store)
+    folder = _segment(filled, store).parent
+    (folder / "seg-gone-000001.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    status, out = _gate(filled, store, capsys)
+    assert status == 1 and "verdict INVALID" in out
+    assert f"{(folder / 'seg-gone-000001.jsonl').relative_to(store)}" in out
+
+
+def test_a_record_that_cannot_be_canonicalised_never_carries_its_checksum() -> None:
+    from pytest_evalgate.store import evalgate_checksum_ok
+
+    body = {"score": float("nan"), "checksum": "0" * 64}
+    line = json.dumps(body).encode()
+    assert evalgate_checksum_ok(line, body) is False

@@ -108,13 +108,18 @@ class EvalgateStoreFollower:
                 continue
             self._seen.add(relpath)
             self.view.segments += 1
-            for number, line in _lines(self.backend, relpath):
+            try:
+                data = self.backend.evalgate_read(relpath)
+            except OSError as exc:  # permissions, a vanished file: the run cannot be whole
+                reason = f"unreadable segment: {exc.strerror or exc}"
+                self.view.problems.append(EvalgateStoreProblem(relpath, 0, "<segment>", reason))
+                continue
+            for number, line in _lines(data):
                 _take(self.view, relpath, number, line, self.expect)
         return self.view
 
 
-def _lines(backend: EvalgateStoreBackend, relpath: str) -> Iterator[tuple[int, bytes]]:
-    data = backend.evalgate_read(relpath)
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             yield number, line
