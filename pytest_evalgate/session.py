@@ -43,7 +43,7 @@ from pytest_evalgate.manifest import (
     EvalgateManifest,
     evalgate_load_manifest,
 )
-from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
+from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_bodies, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.runner.execution import (
@@ -185,13 +185,16 @@ class EvalgatePlugin:
         return self.suites[path]
 
     def _check_endpoints(self, manifest: EvalgateManifest) -> None:
-        # Keys, URL overrides and simulator knobs are checked at collection, in the process
-        # that will call them: a run that would stop at its first request stops before it.
+        # Keys, URL overrides, simulator knobs and the load phase's prompts are checked at
+        # collection, in the process that will use them: a run that would stop at its first
+        # request (or at its load phase, after the eval phase committed) stops before any.
         if self.aggregate_only or self.config.option.collectonly:
             return
         names = [name for name in manifest.candidates if self.evalgate_wants_candidate(name)]
         evalgate_check_endpoints(manifest, names)
         evalgate_check_judge_endpoint(manifest)
+        if manifest.perf is not None:
+            evalgate_perf_bodies(manifest)
 
     def evalgate_wants_candidate(self, name: str) -> bool:
         """Whether ``--evalgate-candidate`` selects ``name`` (all when not given)."""

@@ -336,3 +336,12 @@ def test_jsonl_rows_skip_blank_lines_and_name_unreadable_files(tmp_path: Path) -
 def test_bounded_knobs_still_accept_ordinary_values() -> None:
     config = evalgate_parse_simulated_url("simulated://?latency_ms=40&output_tokens=64&seed=3")
     assert (config.latency_ms, config.output_tokens, config.seed) == (40.0, 64, 3)
+
+
+def test_a_load_phase_prompt_file_that_is_not_utf8_is_exit_4_before_the_eval_phase(
+    pytester: pytest.Pytester, endpoint: _Counting
+) -> None:
+    path = _suite(pytester, endpoint)
+    (path.parent / "prod.jsonl").write_bytes(b'{"input": "fine"}\n{"input": "\xff"}\n')
+    _edit(path, "perf", value={"prompts": "prod.jsonl", "rate": 2, "duration_s": 1})
+    _run_refused(pytester, endpoint, "prod.jsonl: line 2: not UTF-8")
