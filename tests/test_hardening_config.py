@@ -268,6 +268,10 @@ def _manifest(tmp_path: Path) -> Path:
                       "temperature": float("nan")}),
         (("perf",), {"prompts": "p.jsonl", "rate": float("inf"), "duration_s": 1}),
         (("tiers",), {"t": {"fraction": "0.5"}}),
+        (("sandbox",), {"timeout_s": float("nan")}),
+        (("sandbox",), {"memory_mb": "512"}),
+        (("judge",), {"model": "j", "base_url": "http://127.0.0.1/v1", "revision": "r",
+                      "budget": {"timeout_s": float("inf")}}),
         (("candidates", "candidate", "pins", "tensor_parallel"), float("nan")),
     ],
 )  # fmt: skip
@@ -278,6 +282,7 @@ def test_strict_numbers_in_nested_blocks(tmp_path: Path, keys: tuple[str, ...], 
         evalgate_load_manifest(str(path))
     assert info.value.source == str(path)
     assert info.value.key.startswith(keys[0])
+    assert "finite number" in info.value.reason or "valid" in info.value.reason
 
 
 def test_an_integer_still_counts_as_a_float(tmp_path: Path) -> None:
