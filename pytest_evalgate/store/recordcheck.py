@@ -66,7 +66,7 @@ def evalgate_record_problem(record: Mapping[str, Any]) -> str | None:
 
 def _identity(record: Mapping[str, Any]) -> str | None:
     identity = record["identity"]
-    if not isinstance(identity, dict) or set(identity) != _IDENTITY_KEYS:
+    if not isinstance(identity, dict) or identity.keys() != _IDENTITY_KEYS:
         return "identity must hold dataset_revision, case_id, candidate and repetition"
     for key in ("dataset_revision", "case_id", "candidate"):
         if not isinstance(identity[key], str) or not identity[key]:
@@ -106,7 +106,7 @@ def _error(record: Mapping[str, Any]) -> str | None:
         return None
     ok = (
         isinstance(error, dict)
-        and set(error) == _ERROR_KEYS
+        and error.keys() == _ERROR_KEYS
         and isinstance(error["category"], str)
         and isinstance(error["message"], str)
         and (error["status"] is None or _is_int(error["status"]))
@@ -119,7 +119,7 @@ def _members(
 ) -> str | None:
     # Tolerant of a member left out (hand-made stores); never of a foreign one or a bad value.
     value = record[key]
-    if not isinstance(value, dict) or not set(value) <= keys:
+    if not isinstance(value, dict) or not value.keys() <= keys:
         return f"{key} must be an object with members {', '.join(sorted(keys))}"
     for name, member in value.items():
         if member is not None and not check(member):
@@ -145,7 +145,7 @@ def _sandbox(record: Mapping[str, Any]) -> str | None:
         return None
     ok = (
         isinstance(facts, dict)
-        and set(facts) == _SANDBOX_KEYS
+        and facts.keys() == _SANDBOX_KEYS
         and all(isinstance(facts[k], str) for k in ("outcome", "message", "isolation"))
         and (facts["exit_status"] is None or _is_int(facts["exit_status"]))
         and _is_seconds(facts["start_s"])
