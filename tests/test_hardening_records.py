@@ -233,3 +233,37 @@ def test_a_record_that_cannot_be_canonicalised_never_carries_its_checksum() -> N
     body = {"score": float("nan"), "checksum": "0" * 64}
     line = json.dumps(body).encode()
     assert evalgate_checksum_ok(line, body) is False
+
+
+def _judgment(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "judgment": {"dataset_revision": "r", "case_id": "c", "candidate": "candidate",
+                     "repetition": 0, "order": None},
+        "judge_key": "k" * 64, "definition_digest": "d" * 64, "answers": ["a" * 64],
+        "baseline": None, "category": "alpha", "cluster": "c", "output": "{}",
+        "verdict": {"score": 4, "value": 0.75, "passed": True, "reason": "fine"},
+        "error": None, "attempts": 1, "e2e_s": 0.1, "writer": "w",
+        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:00:01+00:00",
+    }  # fmt: skip
+    body.update(changes)
+    return body
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"verdict": {"score": 4, "value": float("nan"), "passed": True}}, "value in 0..1"),
+        ({"verdict": {"score": 4, "value": 1.5, "passed": True}}, "value in 0..1"),
+        ({"verdict": {"winner": "C", "reason": ""}}, "winner must be A, B or tie"),
+        ({"verdict": {"score": 4, "value": 0.5, "passed": 1}}, "passed must be true or false"),
+        ({"e2e_s": float("inf")}, "e2e_s must be a finite number"),
+        ({"answers": "abc"}, "answers must be a list"),
+    ],
+)
+def test_a_judgment_with_wrong_values_is_malformed(changes: dict[str, Any], reason: str) -> None:
+    from pytest_evalgate.store.recordcheck import evalgate_judgment_problem
+
+    assert evalgate_judgment_problem(_judgment()) is None
+    problem = evalgate_judgment_problem(_judgment(**changes))
+    assert problem is not None and problem.startswith("malformed judgment: ")
+    assert reason in problem

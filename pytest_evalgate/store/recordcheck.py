@@ -7,6 +7,7 @@ repetition. ``evalgate_record_problem`` says what is wrong with such a record, s
 reports it as a problem (the run is ``invalid``, naming file and identity) instead of letting it
 reach aggregation, where it would become a traceback or a wrong statistic.
 
+``evalgate_judgment_problem`` does the same for judgment records (``store/judgments.py``).
 The check is by type and range only; whether the record belongs to the suite (its category,
 cluster, case id, repetition) is aggregation's check (``suitecheck``).
 """
@@ -153,3 +154,53 @@ def _sandbox(record: Mapping[str, Any]) -> str | None:
         and isinstance(facts["sandboxed"], bool)
     )
     return None if ok else "sandbox must hold outcome, message, exit_status, times, isolation"
+
+
+_JUDGMENT_KEYS = frozenset({"dataset_revision", "case_id", "candidate", "repetition", "order"})
+_WINNERS = frozenset({"A", "B", "tie"})
+
+
+def evalgate_judgment_problem(record: Mapping[str, Any]) -> str | None:
+    """What is wrong with a judgment record's values (its field names already match), or None:
+    the judged identity (strings, repetition >= 0, order string or null), ``answers`` (a list
+    of checksums), ``verdict`` (null, a pairwise ``winner`` A/B/tie, or a pointwise finite
+    ``score``, ``value`` in 0..1 and boolean ``passed``), ``error``, ``attempts``, ``e2e_s``."""
+    problem = _judged_identity(record) or _verdict(record) or _error(record)
+    if problem is None and not _is_count(record["attempts"]):
+        problem = f"attempts must be an integer >= 0, not {record['attempts']!r}"
+    if problem is None and not _is_seconds(record["e2e_s"]):
+        problem = f"e2e_s must be a finite number >= 0, not {record['e2e_s']!r}"
+    if problem is None and not (
+        isinstance(record["answers"], list) and all(isinstance(a, str) for a in record["answers"])
+    ):
+        problem = "answers must be a list of checksums"
+    return None if problem is None else f"malformed judgment: {problem}"
+
+
+def _judged_identity(record: Mapping[str, Any]) -> str | None:
+    part = record["judgment"]
+    if not isinstance(part, dict) or part.keys() != _JUDGMENT_KEYS:
+        return "judgment must hold dataset_revision, case_id, candidate, repetition and order"
+    if not all(isinstance(part[k], str) for k in ("dataset_revision", "case_id", "candidate")):
+        return "judgment's dataset_revision, case_id and candidate must be strings"
+    if not _is_count(part["repetition"]):
+        return f"judgment.repetition must be an integer >= 0, not {part['repetition']!r}"
+    if part["order"] is not None and not isinstance(part["order"], str):
+        return "judgment.order must be a string or null"
+    return None
+
+
+def _verdict(record: Mapping[str, Any]) -> str | None:
+    verdict = record["verdict"]
+    if verdict is None:
+        return None
+    if not isinstance(verdict, dict):
+        return "verdict must be an object or null"
+    if "winner" in verdict:
+        return None if verdict["winner"] in _WINNERS else "verdict.winner must be A, B or tie"
+    score: Any = verdict.get("score")
+    value: Any = verdict.get("value")
+    passed: Any = verdict.get("passed")
+    if not (_is_number(score) and _is_number(value) and 0.0 <= value <= 1.0):
+        return f"verdict needs a finite score and a value in 0..1, not {score!r}, {value!r}"
+    return None if isinstance(passed, bool) else "verdict.passed must be true or false"
