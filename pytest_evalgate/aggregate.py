@@ -35,6 +35,7 @@ from pytest_evalgate.store import (
     evalgate_candidate_prefix,
     evalgate_read_candidate,
 )
+from pytest_evalgate.suitecheck import evalgate_suite_check
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def _read(
 ) -> EvalgateStoreView:
     key = manifest.candidates[name].key
     prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
-    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key)
+    check = evalgate_suite_check(manifest, name)  # each record against the suite (suitecheck)
+    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)
     return evalgate_read_candidate(backend, prefix, expect)
 
 

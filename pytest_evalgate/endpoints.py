@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_add_secret
+from pytest_evalgate.endpoint_url import evalgate_check_base_url
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.manifest import (
     EvalgateCandidate,
     EvalgateManifest,
+    evalgate_base_url_env,
     evalgate_base_url_override,
 )
 from pytest_evalgate.simulated import (
@@ -28,6 +31,35 @@ from pytest_evalgate.simulated import (
 )
 
 EVALGATE_SIMULATED_SCHEME = "simulated://"
+
+
+def evalgate_check_endpoints(manifest: EvalgateManifest, names: Iterable[str]) -> None:
+    """Refuse, before any request, what would stop candidates ``names`` at their first
+    request: a base URL (the manifest's or its ``PYTEST_EVALGATE_BASE_URL_*`` override) that is
+    no usable URL, simulator knobs that do not parse, an ``api_key_env`` naming an unset
+    variable. Each is an ``EvalgateConfigError`` naming the file (or variable) and the key."""
+    for name in names:
+        candidate = manifest.candidates[name]
+        for url in _urls(candidate):
+            if url.startswith(EVALGATE_SIMULATED_SCHEME):
+                _check_knobs(manifest, name, url)
+        _api_key(manifest, candidate)
+
+
+def _check_knobs(manifest: EvalgateManifest, name: str, url: str) -> None:
+    try:
+        evalgate_parse_simulated_url(url)
+    except EvalgateConfigError as exc:
+        raise EvalgateConfigError(manifest.path, f"candidates.{name}.base_url", str(exc)) from None
+
+
+def _urls(candidate: EvalgateCandidate) -> tuple[str, ...]:
+    override = evalgate_base_url_override(candidate.name)
+    if override is None:
+        return candidate.base_urls
+    env = evalgate_base_url_env(candidate.name)
+    evalgate_check_base_url(env, f"candidates.{candidate.name}.base_url", override)
+    return (override,)
 
 
 class EvalgateEndpointPool:

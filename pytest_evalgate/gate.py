@@ -48,6 +48,7 @@ from pytest_evalgate.gate_single import (
 )
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
 from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
@@ -137,7 +138,7 @@ def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
 
 # --------------------------------------------------------------------------- policy schema
 
-_Strict = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+_Strict = EVALGATE_STRICT_MODEL
 _Unit = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
 

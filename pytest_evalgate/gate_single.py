@@ -21,10 +21,11 @@ import pydantic
 
 from pytest_evalgate import stats
 from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 
 EVALGATE_SINGLE_RULES = frozenset({"min_rate", "max_rate", "floor"})
 
-_Strict = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+_Strict = EVALGATE_STRICT_MODEL
 _Unit = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
 
 

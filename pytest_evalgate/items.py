@@ -116,6 +116,8 @@ class EvalgateItem(pytest.Item):
             # One identical reason per stopped candidate: pytest folds these skips into one
             # summary line, while the probe that met the fatal error stays an error.
             pytest.skip(evalgate_redact(error["message"]))
+        if error is not None and error["category"] == "missing":  # aggregate mode
+            pytest.fail(f"no result [missing]: {evalgate_redact(error['message'])}", pytrace=False)
         if error is not None and error["category"] == "sandbox":  # scorer: code
             message = evalgate_redact(error["message"])
             pytest.fail(f"sandbox error [sandbox]: {message}", pytrace=False)

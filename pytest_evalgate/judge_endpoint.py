@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_add_secret
+from pytest_evalgate.endpoint_url import evalgate_check_base_url
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge.agreement import (
     EvalgateGoldenPairwise,
@@ -88,6 +89,23 @@ class EvalgateJudgeEndpoints:
         references = [(inputs[c.case_id], c.target) for c in manifest.cases if c.target]
         evalgate_write_judge_truth(path, references, evalgate_golden_truth(manifest, inputs))
         return path
+
+
+def evalgate_check_judge_endpoint(manifest: EvalgateManifest) -> None:
+    """Refuse, before any request, a judge endpoint that cannot work: a base URL override
+    that is no usable URL, a simulated judge URL whose knobs do not parse or lack ``judge=1``,
+    a ``judge.api_key_env`` naming an unset variable (``EvalgateConfigError``, with the key)."""
+    judged = manifest.judged
+    if judged is None:
+        return
+    override = os.environ.get(EVALGATE_JUDGE_BASE_URL_ENV)
+    if override:
+        evalgate_check_base_url(EVALGATE_JUDGE_BASE_URL_ENV, "judge.base_url", override)
+    url = override or judged.judge.base_url
+    if url.startswith("simulated://") and not evalgate_parse_simulated_url(url).judge:
+        reason = f"a simulated judge URL needs judge=1: {url}"
+        raise EvalgateConfigError(manifest.path, "judge.base_url", reason)
+    _api_key(manifest, judged.judge.api_key_env)
 
 
 def evalgate_golden_truth(

@@ -14,7 +14,6 @@ of its model id and pins.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -22,10 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from pytest_evalgate.canonical import evalgate_file_sha256, evalgate_sha256_hex
+from pytest_evalgate.endpoint_url import evalgate_check_base_url
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.jsonlread import evalgate_jsonl_rows
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
 from pytest_evalgate.manifest_code import (
     EvalgateSandboxBlock,
@@ -41,6 +42,7 @@ from pytest_evalgate.manifest_judge import (
 )
 from pytest_evalgate.manifest_pins import evalgate_check_weights_pins
 from pytest_evalgate.manifest_private import evalgate_private_categories
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
@@ -95,7 +97,7 @@ def evalgate_check_name(source: str, key: str, name: str) -> None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = EVALGATE_STRICT_MODEL
 
 
 class _Dataset(_Strict):
@@ -171,7 +173,7 @@ class _Tier(_Strict):
 
 class _Manifest(_Strict):
     evalgate: Literal[1]
-    suite: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    suite: str  # a safe name (evalgate_check_name): it is the store's first path component
     dataset: _Dataset
     prompt: _Prompt
     evaluator: _Evaluator
@@ -275,7 +277,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     dataset_path = os.path.join(suite_dir, model.dataset.path)
     actual = _dataset_digest(path, dataset_path)
     _check_pin(path, model, actual)
-    cases = tuple(_read_cases(dataset_path, model))
+    cases = tuple(_read_cases(path, dataset_path, model))
     definition = _definition(model, actual)
     candidates = _candidates(model)
     for name, candidate in candidates.items():
@@ -350,12 +352,24 @@ def _check_semantics(path: str, model: _Manifest) -> None:
         raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
     if not model.candidates:
         raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
-    for name in model.candidates:
+    evalgate_check_name(path, "suite", model.suite)
+    for name, candidate in model.candidates.items():
         evalgate_check_name(path, f"candidates.{name}", name)
+        _check_urls(path, f"candidates.{name}.base_url", candidate.base_url)
+    for name in model.tiers:
+        evalgate_check_name(path, f"tiers.{name}", name)
+    if model.judge is not None:
+        evalgate_check_base_url(path, "judge.base_url", model.judge.base_url)
     if model.evaluator.scorer == "judge" and model.judge is None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
     evaluator = model.evaluator.model_dump()
     evalgate_check_code_keys(path, evaluator, model.sandbox, model.repetitions)
+
+
+def _check_urls(path: str, key: str, value: str | list[str]) -> None:
+    urls = [value] if isinstance(value, str) else value
+    for index, url in enumerate(urls):
+        evalgate_check_base_url(path, key if isinstance(value, str) else f"{key}[{index}]", url)
 
 
 def _dataset_digest(path: str, dataset_path: str) -> str:
@@ -377,20 +391,17 @@ def _check_pin(path: str, model: _Manifest, actual: str) -> None:
         raise EvalgateConfigError(path, "dataset.sha256", reason)
 
 
-def _read_cases(dataset_path: str, model: _Manifest) -> Iterator[EvalgateCase]:
+def _read_cases(path: str, dataset_path: str, model: _Manifest) -> Iterator[EvalgateCase]:
     seen: dict[str, int] = {}
-    with open(dataset_path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            case = _parse_row(dataset_path, number, line, model)
-            if case.case_id in seen:
-                where = f"line {number}: id {case.case_id!r}"
-                raise EvalgateConfigError(
-                    dataset_path, where, f"duplicate case id (first on line {seen[case.case_id]})"
-                )
-            seen[case.case_id] = number
-            yield case
+    for number, row in evalgate_jsonl_rows(path, "dataset.path", dataset_path):
+        case = _parse_row(dataset_path, number, row, model)
+        if case.case_id in seen:
+            where = f"line {number}: id {case.case_id!r}"
+            raise EvalgateConfigError(
+                dataset_path, where, f"duplicate case id (first on line {seen[case.case_id]})"
+            )
+        seen[case.case_id] = number
+        yield case
     if not seen:
         raise EvalgateConfigError(dataset_path, "-", "the dataset has no cases")
 
@@ -398,12 +409,8 @@ def _read_cases(dataset_path: str, model: _Manifest) -> Iterator[EvalgateCase]:
 _ROW_KEYS = {"id", "input", "messages", "target", "category", "cluster", "cost", "metadata"}
 
 
-def _parse_row(dataset_path: str, number: int, line: str, model: _Manifest) -> EvalgateCase:
+def _parse_row(dataset_path: str, number: int, row: Any, model: _Manifest) -> EvalgateCase:
     where = f"line {number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise EvalgateConfigError(dataset_path, where, f"not valid JSON: {exc.msg}") from None
     if not isinstance(row, dict):
         raise EvalgateConfigError(dataset_path, where, "a row must be a JSON object")
     unknown = sorted(set(row) - _ROW_KEYS)
@@ -414,7 +421,7 @@ def _parse_row(dataset_path: str, number: int, line: str, model: _Manifest) -> E
     return EvalgateCase(
         case_id=case_id,
         category=_row_str(dataset_path, where, row, "category"),
-        cluster=str(row.get("cluster") or case_id),
+        cluster=_row_cluster(dataset_path, where, row, case_id),
         target=_row_target(dataset_path, where, row),
         cost=_row_cost(dataset_path, where, row),
         prompt=_render_prompt(dataset_path, where, row, model),
@@ -427,6 +434,12 @@ def _row_str(source: str, where: str, row: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise EvalgateConfigError(source, f"{where}: {key}", "missing or not a non-empty string")
     return value
+
+
+def _row_cluster(source: str, where: str, row: Mapping[str, Any], case_id: str) -> str:
+    if row.get("cluster") is None:
+        return case_id
+    return _row_str(source, where, row, "cluster")
 
 
 def _row_target(source: str, where: str, row: Mapping[str, Any]) -> str:

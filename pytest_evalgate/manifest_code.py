@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 
 EVALGATE_CODE_SCORER = "code"
 EVALGATE_CODE_LANGUAGES = ("python",)
@@ -38,7 +39,7 @@ EVALGATE_SANDBOX_TRANSPORT_KEYS = frozenset({"isolation", "max_concurrency", "ru
 class EvalgateSandboxBlock(BaseModel):
     """The manifest's ``sandbox:`` block, validated (bounds are sanity, not policy)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = EVALGATE_STRICT_MODEL
 
     isolation: Literal["auto", "bwrap", "unshare", "none"] = "auto"
     max_concurrency: int = Field(default=4, ge=1)

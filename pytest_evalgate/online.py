@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 
 # metric -> the bound it takes ("max": larger is worse; "min": smaller is worse)
 EVALGATE_ONLINE_METRICS: Mapping[str, str] = {
@@ -82,7 +83,7 @@ def evalgate_duration_seconds(text: str) -> int:
 
 
 class _OnlineRule(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = EVALGATE_STRICT_MODEL
     metric: Literal[tuple(EVALGATE_ONLINE_METRICS)]  # type: ignore[valid-type]
     max: float | None = None
     min: float | None = None

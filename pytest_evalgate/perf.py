@@ -56,6 +56,7 @@ from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.jsonlread import evalgate_jsonl_rows
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_render_template
 from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.stats import evalgate_percentile
@@ -161,19 +162,8 @@ def _perf_block(manifest: EvalgateManifest) -> Mapping[str, Any]:
 
 
 def _rows(path: str) -> list[tuple[int, Any]]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = list(enumerate(handle, start=1))
-    except OSError as exc:
-        raise EvalgateConfigError(path, "perf.prompts", f"cannot read: {exc.strerror}") from None
-    rows = []
-    for number, line in lines:
-        if line.strip():
-            try:
-                rows.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise EvalgateConfigError(path, f"line {number}", f"not JSON: {exc.msg}") from None
-    return rows
+    # The one safe reader: unreadable, non-UTF-8, invalid JSON and NaN name the file and line.
+    return list(evalgate_jsonl_rows(path, "perf.prompts", path))
 
 
 def _prompt(manifest: EvalgateManifest, path: str, number: int, row: Any) -> dict[str, Any]:

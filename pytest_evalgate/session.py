@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pytest_evalgate.aggregate import EvalgateSelection
+from pytest_evalgate.aggregate_items import evalgate_stored_outcomes
 from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.decide import (
@@ -27,7 +28,7 @@ from pytest_evalgate.decide import (
     evalgate_pair,
     evalgate_policy_path,
 )
-from pytest_evalgate.endpoints import EvalgateEndpointPool
+from pytest_evalgate.endpoints import EvalgateEndpointPool, evalgate_check_endpoints
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
 from pytest_evalgate.items import (
     EvalgateFile,
@@ -37,13 +38,13 @@ from pytest_evalgate.items import (
     evalgate_rule_reports,
     evalgate_testcase_properties,
 )
-from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
+from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints, evalgate_check_judge_endpoint
 from pytest_evalgate.manifest import (
     EVALGATE_MANIFEST_NAME,
     EvalgateManifest,
     evalgate_load_manifest,
 )
-from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
+from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_bodies, evalgate_perf_phase
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
 from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
@@ -184,11 +185,24 @@ class EvalgatePlugin:
             try:
                 suite = EvalgateSuite(self.config, path, self._policy_option(), self._gates())
                 suite.execution = self._execution(suite)  # scorer: code: its sandbox share
+                self._check_endpoints(suite.manifest)
                 self.suites[path] = suite
             except EvalgateConfigError as exc:
                 self.config_errors.append(exc)
                 self.suites[path] = None
         return self.suites[path]
+
+    def _check_endpoints(self, manifest: EvalgateManifest) -> None:
+        # Keys, URL overrides, simulator knobs and the load phase's prompts are checked at
+        # collection, in the process that will use them: a run that would stop at its first
+        # request (or at its load phase, after the eval phase committed) stops before any.
+        if self.aggregate_only or self.config.option.collectonly:
+            return
+        names = [name for name in manifest.candidates if self.evalgate_wants_candidate(name)]
+        evalgate_check_endpoints(manifest, names)
+        evalgate_check_judge_endpoint(manifest)
+        if manifest.perf is not None:
+            evalgate_perf_bodies(manifest)
 
     def evalgate_wants_candidate(self, name: str) -> bool:
         """Whether ``--evalgate-candidate`` selects ``name`` (all when not given)."""
@@ -255,6 +269,8 @@ class EvalgatePlugin:
         try:
             if items and not self.aggregate_only:
                 self._start_or_exit(items)
+            elif items:
+                self._load_outcomes(items)  # aggregate mode: each item shows its stored record
             result = yield
         finally:
             self._stop()
@@ -438,6 +454,15 @@ class EvalgatePlugin:
         # items: ~0.5 s less per run). Not unfrozen at cleanup, which gave that time back; the
         # price: an in-process nested session (pytester) keeps its cyclic garbage.
         gc.freeze()
+
+    def _load_outcomes(self, items: list[EvalgateItem]) -> None:
+        for path in sorted({item.suite_path for item in items}):
+            suite = self.suites[path]
+            assert suite is not None
+            names = sorted({item.candidate for item in items if item.suite_path == path})
+            with evalgate_usage_errors():  # a policy naming an unknown candidate
+                pair = None if suite.policy is None else evalgate_pair(suite.manifest, suite.policy)
+            self.stored.update(evalgate_stored_outcomes(self.backend, suite.manifest, names, pair))
 
     def _progress_line(self) -> EvalgateProgressLine | None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -641,7 +666,7 @@ def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
 
 
 def _missing(key: Any) -> dict[str, Any]:
-    message = "no committed record in the store (aggregate mode sends no requests)"
+    message = "no committed record in the store that verifies (aggregate mode sends no requests)"
     return {"error": {"category": "missing", "status": None, "message": message}, "attempts": 0}
 
 

@@ -12,12 +12,15 @@ JUDGE = Path(__file__).resolve().parent.parent / "pytest_evalgate" / "judge"
 # module -> the package modules it may import (besides the standard library, numpy, pydantic)
 ALLOWED = {
     "__init__": set(),
-    "spec": {"pytest_evalgate.canonical", "pytest_evalgate.errors"},
+    # strictmodel and jsonlread are leaves (pydantic; errors): the one config model, the one
+    # JSON Lines reader (issue 19)
+    "spec": {"pytest_evalgate.canonical", "pytest_evalgate.errors", "pytest_evalgate.strictmodel"},
     "prompt": {"pytest_evalgate.canonical", "pytest_evalgate.judge.spec"},
     "parse": {"pytest_evalgate.canonical", "pytest_evalgate.judge.spec"},
     "pairwise": {"pytest_evalgate.errors", "pytest_evalgate.stats", "pytest_evalgate.judge.parse"},
     "agreement": {
         "pytest_evalgate.errors",
+        "pytest_evalgate.jsonlread",
         "pytest_evalgate.stats",
         "pytest_evalgate.judge.parse",
         "pytest_evalgate.judge.spec",

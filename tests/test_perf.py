@@ -202,7 +202,8 @@ def test_bodies_from_the_production_shaped_file(support: EvalgateManifest) -> No
         ('{"prompt": "x"}', "exactly one"),
         ('{"messages": []}', "non-empty"),
         ('{"input": 3}', "must be a string"),
-        ("{not json", "not JSON"),
+        ("{not json", "not valid JSON"),
+        ('{"input": NaN}', "NaN is not a JSON number"),
     ],
 )
 def test_bad_prompt_rows_name_the_line(

@@ -286,6 +286,7 @@ def test_corrupt_store_makes_the_run_invalid(tmp_path: Path, store: EvalgateStor
                 definition_digest=manifest.definition_digest,
                 candidate_key=cand.key,
                 category=case.category,
+                cluster=case.cluster,
             )
         )
     rows[3] = dict(rows[3], score=0.5)  # altered after sealing

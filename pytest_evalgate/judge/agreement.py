@@ -26,7 +26,6 @@ Contracts
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.jsonlread import evalgate_json_value
 from pytest_evalgate.judge.parse import EvalgateWinner
 from pytest_evalgate.judge.spec import EvalgateJudgedEvaluator, EvalgateJudgeScale
 from pytest_evalgate.stats import EvalgateSeed, evalgate_percentile_interval, evalgate_rng
@@ -370,10 +370,7 @@ def _lines(path: str) -> list[tuple[int, str]]:
 
 def _golden_row(path: str, number: int, line: str, keys: frozenset[str]) -> Mapping[str, Any]:
     where = f"line {number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise EvalgateConfigError(path, where, f"not valid JSON: {exc.msg}") from None
+    row = evalgate_json_value(path, where, line)  # NaN and Infinity refused, like datasets
     if not isinstance(row, dict):
         raise EvalgateConfigError(path, where, "a row must be a JSON object")
     for key in sorted(set(row) - keys):

@@ -41,6 +41,7 @@ from pydantic import (
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
 
 # The built-in judge prompt's format. Bump it whenever ``prompt.py`` changes a word the judge
 # sees: it is part of the judge key, so stored judgments are re-judged, never silently mixed.
@@ -51,13 +52,13 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = EVALGATE_STRICT_MODEL
 
 
 class EvalgateJudgeScaleConfig(_Strict):
     """``scale: {min, max, pass}``: integer points ``min..max``; an item passes at ``pass``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(**EVALGATE_STRICT_MODEL, populate_by_name=True)
 
     min: int = Field(strict=True)
     max: int = Field(strict=True)

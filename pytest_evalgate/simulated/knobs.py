@@ -11,7 +11,8 @@ Contracts
   Values are text: booleans ``0/1``, ``true/false``, ``yes/no``, ``on/off``; numbers finite
   and ``>= 0``; ``int`` knobs refuse fractions. ``accuracy``, ``accuracy.<category>``,
   ``fail_rate``, ``jitter``, ``output_jitter`` and ``lift`` lie in ``[0, 1]``;
-  ``hang_s <= EVALGATE_SIM_HANG_LIMIT_S``.
+  ``hang_s <= EVALGATE_SIM_HANG_LIMIT_S``; times, token counts, slots and seeds have upper
+  bounds (``_KNOB_MAX``), so no knob overflows a timer.
 - ``simulated://?knob=value&...`` carries knobs in its query, nothing in host or path.
   ``evalgate_sim_config_url(config)`` renders the non-default knobs; it parses back equal.
 - Every refusal is ``EvalgateConfigError(source, knob, reason)``.
@@ -40,6 +41,20 @@ _UNIT_KNOBS = frozenset(
 _CODE_RATES = ("code_loop", "code_memory", "code_fork", "code_escape")  # code_style.py
 _UNIT_KNOBS |= frozenset(_CODE_RATES)
 _CATEGORY_PREFIX = "accuracy."
+# Upper bounds of the unbounded knobs: a simulator told to wait 1e300 ms or to write 1e12 tokens
+# would overflow a timer or exhaust memory instead of refusing the URL.
+_KNOB_MAX: dict[str, float] = {
+    "latency_ms": 600_000.0,
+    "ttft_ms": 600_000.0,
+    "tpot_ms": 60_000.0,
+    "output_tokens": 1_000_000,
+    "retry_after": 3600.0,
+    "service_slots": 100_000,
+    "seed": 2**63 - 1,
+    "fail_429_first": 10**9,
+    "fail_500_first": 10**9,
+    "hang_first": 10**9,
+}
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,8 @@ def _sim_check_range(source: str, name: str, value: Any) -> None:
     if name == "fault" and value not in EVALGATE_SIM_ANSWER_FAULTS:
         known = ", ".join(EVALGATE_SIM_ANSWER_FAULTS)
         raise EvalgateConfigError(source, name, f"unknown fault {value!r} (known: {known})")
+    if name in _KNOB_MAX and value > _KNOB_MAX[name]:
+        raise EvalgateConfigError(source, name, f"must be <= {_KNOB_MAX[name]:g}, got {value}")
 
 
 def _sim_knob(source: str, name: str, text: str, types: Mapping[str, str]) -> Any:

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, cast
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.reader import EvalgateStoreProblem, evalgate_path_problem
+from pytest_evalgate.store.recordcheck import evalgate_judgment_problem
 from pytest_evalgate.store.records import evalgate_checksum_ok, evalgate_seal
 
 EVALGATE_JUDGMENT_FIELDS = frozenset(
@@ -203,6 +204,9 @@ def _parse(line: bytes, context: EvalgateJudgmentContext) -> tuple[dict[str, Any
         return None, "malformed line (not JSON): a truncated or corrupted judgment"
     if not isinstance(record, dict) or set(record) != EVALGATE_JUDGMENT_FIELDS:
         return None, "malformed judgment: fields differ from the judgment schema"
+    problem = evalgate_judgment_problem(record)  # types and NaN, before the checksum
+    if problem is not None:
+        return None, problem
     if not evalgate_checksum_ok(line, record):
         return None, "checksum mismatch: the judgment was altered or corrupted"
     if record["judge_key"] != context.judge_key:

@@ -1,6 +1,7 @@
 """Reading the store: every line verified, problems named, results keyed by identity.
 
-Malformed JSON, missing fields, checksum failures, records of another definition digest, dataset
+Malformed JSON, missing fields, values of the wrong type or NaN (``recordcheck``), checksum
+failures, records of another definition digest, dataset
 revision or candidate key, and conflicting duplicates are reported as ``EvalgateStoreProblem``
 (file, line, identity, reason); identical duplicates collapse and are counted. An identity whose
 records are all errors has no result; a later success supersedes them. Reading changes nothing.
@@ -9,13 +10,14 @@ records are all errors has no result; a later success supersedes them. Reading c
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.generations import evalgate_generation_prefix, evalgate_generations
+from pytest_evalgate.store.recordcheck import evalgate_record_problem
 from pytest_evalgate.store.records import (
     EVALGATE_RECORD_FIELDS,
     EvalgateIdentity,
@@ -52,11 +54,17 @@ class EvalgateStoreView:
 
 @dataclass(frozen=True)
 class EvalgateExpectation:
-    """What every record in a candidate folder must agree with."""
+    """What every record in a candidate folder must agree with.
+
+    ``check`` (optional) is called once per record that passed every other check and returns
+    why the record does not belong (a store problem), or None: aggregation passes the suite
+    check (``suitecheck``), so a record moved to another slice makes the run invalid.
+    """
 
     definition_digest: str
     dataset_revision: str
     candidate_key: str
+    check: Callable[[Mapping[str, Any]], str | None] | None = field(default=None, compare=False)
 
 
 def evalgate_read_candidate(
@@ -115,11 +123,15 @@ class EvalgateStoreFollower:
             self._seen.add(relpath)
             self.view.segments += 1
             try:
-                lines = list(_lines(self.backend, relpath))
+                data = self.backend.evalgate_read(relpath)
             except EvalgateStorePathError as exc:
                 evalgate_path_problem(self.view.problems, relpath, exc)
                 continue
-            for number, line in lines:
+            except OSError as exc:  # permissions, a vanished file: the run cannot be whole
+                reason = f"unreadable segment: {exc.strerror or exc}"
+                self.view.problems.append(EvalgateStoreProblem(relpath, 0, "<segment>", reason))
+                continue
+            for number, line in _lines(data):
                 _take(self.view, relpath, number, line, self.expect)
         return self.view
 
@@ -131,8 +143,7 @@ def evalgate_path_problem(
     problems.append(EvalgateStoreProblem(relpath, 0, "<not read>", exc.reason))
 
 
-def _lines(backend: EvalgateStoreBackend, relpath: str) -> Iterator[tuple[int, bytes]]:
-    data = backend.evalgate_read(relpath)
+def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             yield number, line
@@ -185,6 +196,9 @@ def _parse_record(line: bytes, expect: EvalgateExpectation) -> tuple[EvalgateRec
         return None, "malformed line (not JSON): a truncated or corrupted record"
     if not isinstance(record, dict) or not evalgate_has_fields(record, EVALGATE_RECORD_FIELDS):
         return None, "malformed record: fields differ from the record schema"
+    problem = evalgate_record_problem(record)  # before the checksum: it may re-canonicalise
+    if problem is not None:
+        return None, problem
     if not evalgate_checksum_ok(line, record):
         return None, "checksum mismatch: the record was altered or corrupted"
     return _check_expectation(record, expect)
@@ -203,8 +217,10 @@ def _check_expectation(
         or identity.get("dataset_revision") != expect.dataset_revision
     ):
         return None, "foreign dataset revision"
-    # Its fields are the schema's and its checksum holds, so a writer of this package sealed it;
-    # the values' types are trusted, not checked one by one.
+    # Its fields are the schema's, each of the right type (recordcheck), and its checksum holds.
+    problem = None if expect.check is None else expect.check(record)
+    if problem is not None:
+        return None, problem
     return cast(EvalgateRecord, record), ""
 
 

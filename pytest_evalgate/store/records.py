@@ -307,4 +307,7 @@ def evalgate_checksum_ok(line: bytes, record: Mapping[str, Any]) -> bool:
         member = b'"checksum":"' + checksum.encode("ascii", "replace") + b'",'
         if hashlib.sha256(line.strip().replace(member, b"", 1)).hexdigest() == checksum:
             return True
-    return bool(evalgate_seal(record)["checksum"] == checksum)
+    try:
+        return bool(evalgate_seal(record)["checksum"] == checksum)
+    except (ValueError, TypeError):  # NaN, infinity or a non-JSON value: it cannot be sealed
+        return False

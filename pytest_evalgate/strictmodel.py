@@ -1,0 +1,24 @@
+"""The one pydantic configuration of every configuration file's schema.
+
+Manifests, policies, judge and sandbox blocks are validated by pydantic models that all share
+``EVALGATE_STRICT_MODEL``:
+
+- ``extra="forbid"``: an unknown key is a typo, refused with its name;
+- ``strict=True``: numbers are numbers, strings are strings. ``repetitions: "1"`` is refused,
+  and so is ``true`` where a number is expected (a YAML boolean is not ``1``); an integer is
+  still accepted where a float is expected (``margin: 0`` means ``0.0``);
+- ``allow_inf_nan=False``: every float read from a configuration file is finite. YAML spells
+  ``.nan`` and ``.inf`` easily, and a NaN margin makes every comparison false, so a rule
+  could neither pass nor fail for the reason written;
+- ``frozen=True``: validated values are not changed afterwards.
+
+Kept in its own module (it imports only pydantic) so every schema, upstream or downstream,
+can share it without importing another stage.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict
+
+EVALGATE_STRICT_MODEL = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+"""The model configuration of every configuration schema (see the module docstring)."""
