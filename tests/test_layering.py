@@ -21,6 +21,7 @@ PURE = {
     "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
     "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
+    "aggregate_table",
 }  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
