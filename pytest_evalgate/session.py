@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Generator, Mapping
 from typing import Any
@@ -71,6 +72,7 @@ from pytest_evalgate.shard import (
     evalgate_sub_shard,
     evalgate_worker_position,
 )
+from pytest_evalgate.stats import evalgate_preload_scipy
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,
@@ -150,6 +152,7 @@ class EvalgatePlugin:
         self.judging: EvalgateJudgeStage | None = None  # judged suites only (SPEC section 10)
         self.judge_endpoints: EvalgateJudgeEndpoints | None = None
         self.run_paths: dict[int, str] = {}
+        self.preload: threading.Thread | None = None  # scipy.stats, imported during the run
 
     def _topology(self) -> EvalgateTopology:
         text = self.config.getoption("evalgate_shard")
@@ -293,6 +296,8 @@ class EvalgatePlugin:
 
     def _gate(self, session: pytest.Session) -> None:
         self.gate_exit = 0
+        if self.preload is not None:
+            self.preload.join()  # never two threads importing scipy at once
         if self.crashed and not self.selection:
             self.summary.append(
                 f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
@@ -414,6 +419,8 @@ class EvalgatePlugin:
             on_record=self._on_record,
         )
         self.runner.evalgate_start()
+        if self._gates() and not hasattr(self.config, "workerinput"):
+            self.preload = evalgate_preload_scipy()
         self.progress_line = self._progress_line()
         # Items, works and the manifest live until the process ends: frozen, the collections of
         # the item loop, pytest's final one and the interpreter's at exit skip them (10,000
