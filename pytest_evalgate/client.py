@@ -46,11 +46,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from pytest_evalgate.errors import EvalgateConfigError
 
 if TYPE_CHECKING:  # only the type: the limiter object is the caller's
+    import aiohttp
+
     from pytest_evalgate.budget import EvalgateLimiter
 
 EVALGATE_ERROR_CATEGORIES = (
@@ -157,6 +157,14 @@ class _Malformed(Exception):
     """The body of a 200 response is not an OpenAI-shaped answer."""
 
 
+def _import_aiohttp() -> None:
+    # aiohttp (0.3-0.7 s to import) is bound at module level by the first client: only the
+    # runner's child sends requests, while the pytest process imports this module for
+    # ``EvalgateEndpoint`` and must not pay for it on its start-up path.
+    global aiohttp
+    import aiohttp
+
+
 class EvalgateClient:
     """Sends requests for one process through one aiohttp session under ``limiter``.
 
@@ -165,6 +173,7 @@ class EvalgateClient:
     """
 
     def __init__(self, limiter: EvalgateLimiter, *, rng_seed: int | None = None) -> None:
+        _import_aiohttp()
         self._limiter = limiter
         self._rng = random.Random(rng_seed)
         self._session: aiohttp.ClientSession | None = None
