@@ -22,10 +22,9 @@ suite belongs there.
 from __future__ import annotations
 
 import hashlib
-import json
+import math
+from array import array
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -55,41 +54,74 @@ EVALGATE_TABLE_PERF = {
 """The perf samples a table keeps per result (NaN when the record has no number there)."""
 
 
-@dataclass
 class EvalgateCandidateTable:
-    """What a candidate folder holds, verified, as columns of shape (rows, repetitions)."""
+    """What a candidate folder holds, verified, as columns of shape (rows, repetitions).
 
-    rows: Mapping[str, int]
-    repetitions: int
-    canary: str | None = None
-    state: npt.NDArray[np.int8] = field(init=False)
-    score: npt.NDArray[np.float64] = field(init=False)
-    passed: npt.NDArray[np.bool_] = field(init=False)
-    category: npt.NDArray[np.int32] = field(init=False)
-    error: npt.NDArray[np.int32] = field(init=False)
-    leaked: npt.NDArray[np.bool_] = field(init=False)
-    perf: dict[str, npt.NDArray[np.float64]] = field(init=False)
-    names: list[str] = field(default_factory=list)  # category and error names by code
-    duplicates: int = 0
-    problems: list[EvalgateStoreProblem] = field(default_factory=list)
-    segments: int = 0
-    _codes: dict[str, int] = field(default_factory=dict, repr=False)
-    _print: npt.NDArray[np.uint64] = field(init=False, repr=False)
-    _where: npt.NDArray[np.int64] = field(init=False, repr=False)
-    _files: list[str] = field(default_factory=list, repr=False)
-    _outside: dict[EvalgateIdentity, tuple[bytes, str]] = field(default_factory=dict, repr=False)
+    While reading, the columns are flat ``array``/``bytearray`` buffers (an item write costs a
+    few tens of nanoseconds, a numpy scalar write ten times more); the properties are numpy
+    views of them, without a copy.
+    """
 
-    def __post_init__(self) -> None:
-        shape = (max(self.rows.values(), default=-1) + 1, self.repetitions)
-        self.state = np.zeros(shape, dtype=np.int8)
-        self.score = np.full(shape, np.nan)
-        self.passed = np.zeros(shape, dtype=bool)
-        self.category = np.zeros(shape, dtype=np.int32)
-        self.error = np.zeros(shape, dtype=np.int32)
-        self.leaked = np.zeros(shape, dtype=bool)
-        self.perf = {metric: np.full(shape, np.nan) for metric in EVALGATE_TABLE_PERF}
-        self._print = np.zeros((*shape, 2), dtype=np.uint64)
-        self._where = np.zeros((*shape, 2), dtype=np.int64)
+    def __init__(self, rows: Mapping[str, int], repetitions: int, canary: str | None = None):
+        self.rows = rows
+        self.repetitions = repetitions
+        self.canary = canary
+        self.shape = (max(rows.values(), default=-1) + 1, repetitions)
+        size = self.shape[0] * repetitions
+        self.names: list[str] = []  # category and error names by code
+        self.duplicates = 0
+        self.problems: list[EvalgateStoreProblem] = []
+        self.segments = 0
+        self._codes: dict[str, int] = {}
+        self._state = bytearray(size)
+        self._score = array("d", [math.nan]) * size
+        self._passed = bytearray(size)
+        self._category = array("i", [0]) * size
+        self._error = array("i", [0]) * size
+        self._leaked = bytearray(size)
+        self._perf = {metric: array("d", [math.nan]) * size for metric in EVALGATE_TABLE_PERF}
+        self._print = bytearray(16 * size)
+        self._where = array("q", [0]) * (2 * size)
+        self._files: list[str] = []
+        self._outside: dict[EvalgateIdentity, tuple[bytes, str]] = {}
+
+    @property
+    def state(self) -> npt.NDArray[np.int8]:
+        """``EVALGATE_NO_RECORD``, ``EVALGATE_ERROR_ONLY`` or ``EVALGATE_RESULT`` per identity."""
+        return np.frombuffer(self._state, dtype=np.int8).reshape(self.shape)
+
+    @property
+    def score(self) -> npt.NDArray[np.float64]:
+        """The result's score (NaN without a result, or for a None score)."""
+        return np.frombuffer(self._score, dtype=np.float64).reshape(self.shape)
+
+    @property
+    def passed(self) -> npt.NDArray[np.bool_]:
+        """``bool(passed)`` of the result."""
+        return np.frombuffer(self._passed, dtype=np.bool_).reshape(self.shape)
+
+    @property
+    def category(self) -> npt.NDArray[np.int32]:
+        """The code of the result's own ``category`` (``evalgate_name``)."""
+        return np.frombuffer(self._category, dtype=np.int32).reshape(self.shape)
+
+    @property
+    def error(self) -> npt.NDArray[np.int32]:
+        """The code of the first error's category (an identity without a result)."""
+        return np.frombuffer(self._error, dtype=np.int32).reshape(self.shape)
+
+    @property
+    def leaked(self) -> npt.NDArray[np.bool_]:
+        """Whether the result's output holds the canary."""
+        return np.frombuffer(self._leaked, dtype=np.bool_).reshape(self.shape)
+
+    @property
+    def perf(self) -> dict[str, npt.NDArray[np.float64]]:
+        """Per metric of ``EVALGATE_TABLE_PERF``, the result's sample (NaN: none)."""
+        return {
+            metric: np.frombuffer(values, dtype=np.float64).reshape(self.shape)
+            for metric, values in self._perf.items()
+        }
 
     def evalgate_name(self, code: int) -> str:
         """The category (or error category) behind a code."""
@@ -102,9 +134,8 @@ class EvalgateCandidateTable:
             self.names.append(name)
         return code
 
-    def _place(self, row: int, rep: int) -> str:
-        file, line = self._where[row, rep]
-        return f"{self._files[file]}:{line}"
+    def _place(self, cell: int) -> str:
+        return f"{self._files[self._where[2 * cell]]}:{self._where[2 * cell + 1]}"
 
 
 def evalgate_read_table(
@@ -141,39 +172,44 @@ def _take(table: EvalgateCandidateTable, record: EvalgateRecord, file: int, numb
         if record["error"] is None:
             _outside(table, key, record, f"{table._files[file]}:{number}")
         return
-    rep = key.repetition
-    state = table.state[row, rep]
-    if record["error"] is not None:
+    cell = row * table.repetitions + key.repetition
+    state = table._state[cell]
+    error = record["error"]
+    if error is not None:
         if state == EVALGATE_NO_RECORD:  # the first error counts, until a result supersedes it
-            table.state[row, rep] = EVALGATE_ERROR_ONLY
-            table.error[row, rep] = table._code(record["error"]["category"])
+            table._state[cell] = EVALGATE_ERROR_ONLY
+            table._error[cell] = table._code(error["category"])
         return
     mark = _fingerprint(record)
     if state == EVALGATE_RESULT:
-        if (table._print[row, rep] == mark).all():
+        if table._print[16 * cell : 16 * cell + 16] == mark:
             table.duplicates += 1
         else:
-            reason = evalgate_conflict_reason(table._place(row, rep))
+            reason = evalgate_conflict_reason(table._place(cell))
             table.problems.append(
                 EvalgateStoreProblem(table._files[file], number, key.evalgate_label(), reason)
             )
         return
-    table.state[row, rep] = EVALGATE_RESULT
-    table._print[row, rep] = mark
-    table._where[row, rep] = (file, number)
-    table.score[row, rep] = _number(record["score"])
-    table.passed[row, rep] = bool(record["passed"])
-    table.category[row, rep] = table._code(record["category"])
+    table._state[cell] = EVALGATE_RESULT
+    table._print[16 * cell : 16 * cell + 16] = mark
+    table._where[2 * cell] = file
+    table._where[2 * cell + 1] = number
+    score = record["score"]
+    table._score[cell] = score if isinstance(score, int | float) else math.nan
+    table._passed[cell] = 1 if record["passed"] else 0
+    table._category[cell] = table._code(record["category"])
     if table.canary:
-        table.leaked[row, rep] = table.canary in (record["output"] or "")
+        table._leaked[cell] = table.canary in (record["output"] or "")
     for metric, (group, member) in EVALGATE_TABLE_PERF.items():
-        table.perf[metric][row, rep] = _number(_member(record, group, member))
+        value = (record.get(group) or {}).get(member)  # type: ignore[attr-defined]
+        # Tolerant: a hand-made store may leave a timing out; it is then no sample.
+        table._perf[metric][cell] = value if isinstance(value, int | float) else math.nan
 
 
 def _outside(
     table: EvalgateCandidateTable, key: EvalgateIdentity, record: EvalgateRecord, place: str
 ) -> None:
-    mark = _fingerprint_bytes(record)
+    mark = _fingerprint(record)
     first = table._outside.get(key)
     if first is None:
         table._outside[key] = (mark, place)
@@ -185,25 +221,13 @@ def _outside(
         table.problems.append(EvalgateStoreProblem(file, int(number), key.evalgate_label(), reason))
 
 
-def _fingerprint_bytes(record: EvalgateRecord) -> bytes:
+def _fingerprint(record: EvalgateRecord) -> bytes:
     # 128 bits of the compared content: two results differing there collide with probability
-    # 2**-128, so "identical duplicate" stays a proof, not a guess. Numbers compare as numbers
-    # (1 and 1.0 are equal, as in reader's tuple comparison).
+    # 2**-128, so "identical duplicate" stays a proof, not a guess. The repr of a tuple of
+    # str/float/bool/None is unambiguous; numbers compare as numbers (1 and 1.0 are equal, as
+    # in reader's tuple comparison).
     output, score, passed, finish = evalgate_content(record)
-    if isinstance(score, int | float) and not isinstance(score, bool):
+    if isinstance(score, int | float):
         score = float(score)
-    text = json.dumps([output, score, passed, finish], ensure_ascii=False)
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _fingerprint(record: EvalgateRecord) -> npt.NDArray[np.uint64]:
-    return np.frombuffer(_fingerprint_bytes(record), dtype=np.uint64)
-
-
-def _member(record: Mapping[str, Any], group: str, key: str) -> object:
-    # Tolerant: a hand-made store may leave a timing out; it is then no sample, not an error.
-    return (record.get(group) or {}).get(key)
-
-
-def _number(value: object) -> float:
-    return float(value) if isinstance(value, int | float) else float("nan")
+    text = repr((output, score, passed, finish)).encode("utf-8", "backslashreplace")
+    return hashlib.blake2b(text, digest_size=16).digest()
