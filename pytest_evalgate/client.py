@@ -157,7 +157,8 @@ class _Malformed(Exception):
     """The body of a 200 response is not an OpenAI-shaped answer."""
 
 
-def _import_aiohttp() -> None:
+def evalgate_load_http() -> None:
+    """Import aiohttp now (the runner's child does at start, before its setup arrives)."""
     # aiohttp (0.3-0.7 s to import) is bound at module level by the first client: only the
     # runner's child sends requests, while the pytest process imports this module for
     # ``EvalgateEndpoint`` and must not pay for it on its start-up path.
@@ -173,7 +174,7 @@ class EvalgateClient:
     """
 
     def __init__(self, limiter: EvalgateLimiter, *, rng_seed: int | None = None) -> None:
-        _import_aiohttp()
+        evalgate_load_http()
         self._limiter = limiter
         self._rng = random.Random(rng_seed)
         self._session: aiohttp.ClientSession | None = None

@@ -62,6 +62,7 @@ from pytest_evalgate.runner.parent import (
     EvalgateSuiteRun,
     EvalgateWork,
 )
+from pytest_evalgate.runner.spawn import evalgate_discard_prespawned, evalgate_prespawn_child
 from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import (
@@ -167,6 +168,17 @@ class EvalgatePlugin:
         return EvalgateTopology(shard, index, count, run_id)
 
     # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        # The runner child starts while pytest collects (its interpreter and imports overlap
+        # collection); a run that needs no request stops it again in _stop.
+        controller = self.config.pluginmanager.get_plugin("dsession") is not None
+        if not (self.aggregate_only or self.config.option.collectonly or controller):
+            evalgate_prespawn_child()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        evalgate_discard_prespawned()
 
     def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.File | None:
         if file_path.name == EVALGATE_MANIFEST_NAME:
@@ -532,6 +544,7 @@ class EvalgatePlugin:
             if self.runner is not None:
                 self.runner.evalgate_close()
         finally:
+            evalgate_discard_prespawned()
             self._stop_judging()
             if self.pool is not None:
                 self.pool.evalgate_close()

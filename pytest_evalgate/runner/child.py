@@ -26,7 +26,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pytest_evalgate.budget import EvalgateLimiter
-from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client import (
+    EvalgateCallResult,
+    EvalgateClient,
+    EvalgateEndpoint,
+    evalgate_load_http,
+)
 from pytest_evalgate.errors import EvalgateWireError
 from pytest_evalgate.runner.execution import EvalgateExecutionStage
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
@@ -287,5 +292,6 @@ async def _evalgate_child_main() -> None:
 def evalgate_child_main() -> int:
     """Run the child on this process's stdin and stdout; returns its exit status (0) after a
     ``close``. (An orphaned child and a failed one leave through ``os._exit``: 3 and 1.)"""
+    evalgate_load_http()  # while the parent may still be collecting (runner.spawn prespawns)
     asyncio.run(_evalgate_child_main())
     return 0
