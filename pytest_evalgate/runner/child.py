@@ -78,7 +78,10 @@ class EvalgateChild:
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
-        setup = _setup(evalgate_decode_for_child(await reader.readline()))
+        first = await reader.readline()
+        if not first:  # stdin ended before any setup: a prespawned child nobody took
+            os._exit(_ORPHANED_EXIT)
+        setup = _setup(evalgate_decode_for_child(first))
         limiter = EvalgateLimiter(
             setup.limits.max_concurrency,
             setup.limits.requests_per_second,
