@@ -14,8 +14,9 @@ Rows (each a child process, so CPU and peak RSS are its own, read with ``os.wait
 Columns: items/s of the request phase (first send to last answer: the bare loop times itself,
 evalgate's comes from the records' ``started_at`` / ``finished_at``), items/s of the whole command
 (process start to exit) and the seconds outside the request phase (start-up, collection, the
-tail after the last answer, the gate, exit), client CPU ms per item (whole command, user + system), peak RSS, and
-the simulator's CPU per request. Ratios are printed against the bound and against the bare loop.
+tail after the last answer, the gate, exit), client CPU ms per item (whole command, user +
+system), peak RSS, and the simulator's CPU per request. Ratios are printed against the bound
+and against the bare loop.
 
 Run: ``python bench/throughput.py [--cases 10000] [--rounds 1]``. Prints numbers, asserts nothing.
 """
@@ -182,7 +183,8 @@ def show(name: str, row: dict[str, float], bare: dict[str, float] | None) -> Non
     print(
         f"{name:<9} request phase {row['phase']:>6.0f} items/s = {row['phase'] / BOUND:>4.0%} "
         f"of bound{versus} | whole command {row['whole']:>6.0f} items/s = "
-        f"{row['whole'] / BOUND:>4.0%} of bound (outside the request phase {row['outside_s']:.2f} s)"
+        f"{row['whole'] / BOUND:>4.0%} of bound (outside the request phase "
+        f"{row['outside_s']:.2f} s)"
         f" | CPU {row['cpu_ms']:.3f} ms/item{phase_cpu}"
         f" | peak RSS {row['rss']:.0f} MB | server {row['server_ms']:.3f} ms CPU/req"
     )
