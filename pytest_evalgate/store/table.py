@@ -15,8 +15,9 @@ Identities outside the table (a case id the index does not hold, a repetition ou
 keep only their fingerprint and place in a dict, so their duplicates are counted and their
 conflicts reported exactly as ``reader`` does; aggregation never counts them.
 
-``_take`` is the one place a verified record enters the table: a per-record check against the
-suite belongs there.
+``EvalgateCandidateTable(check=...)`` is the one per-record point after verification: a check
+against the suite (category, cluster, case id, repetition, score range) returns a reason and the
+record becomes a problem instead of entering the columns (``_take``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import math
 from array import array
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +45,10 @@ from pytest_evalgate.store.records import EvalgateIdentity, EvalgateRecord
 
 EVALGATE_NO_RECORD, EVALGATE_ERROR_ONLY, EVALGATE_RESULT = 0, 1, 2
 
+EvalgateRecordCheck = Callable[[EvalgateRecord], str]
+"""A per-record check against the suite: ``""`` to accept a verified record, else the reason
+it is a problem (reported with its file, line and identity, like a checksum failure)."""
+
 EVALGATE_TABLE_PERF = {
     "ttft": ("timing", "ttft_s"),
     "tpot": ("timing", "tpot_s"),
@@ -62,10 +67,17 @@ class EvalgateCandidateTable:
     views of them, without a copy.
     """
 
-    def __init__(self, rows: Mapping[str, int], repetitions: int, canary: str | None = None):
+    def __init__(
+        self,
+        rows: Mapping[str, int],
+        repetitions: int,
+        canary: str | None = None,
+        check: EvalgateRecordCheck | None = None,
+    ) -> None:
         self.rows = rows
         self.repetitions = repetitions
         self.canary = canary
+        self.check = check
         self.shape = (max(rows.values(), default=-1) + 1, repetitions)
         size = self.shape[0] * repetitions
         self.names: list[str] = []  # category and error names by code
@@ -154,6 +166,9 @@ def evalgate_read_table(
         table._files.append(relpath)
         for number, line in evalgate_segment_lines(backend.evalgate_read(relpath)):
             record, reason = evalgate_verify_line(line, expect)
+            if record is not None and table.check is not None:
+                reason = table.check(record)
+                record = None if reason else record
             if record is None:
                 problem = EvalgateStoreProblem(
                     relpath, number, evalgate_identity_text(line), reason
