@@ -13,8 +13,10 @@ Rows (each a child process, so CPU and peak RSS are its own, read with ``os.wait
 
 Columns: items/s of the request phase (first send to last answer: the bare loop times itself,
 evalgate's comes from the records' ``started_at`` / ``finished_at``), items/s of the whole command
-(process start to exit), client CPU ms per item (whole command, user + system), peak RSS, and
-the simulator's CPU per request. Ratios are printed against the bound and against the bare loop.
+(process start to exit) and the seconds outside the request phase (start-up, collection, the
+tail after the last answer, the gate, exit), client CPU ms per item (whole command, user +
+system), peak RSS, and the simulator's CPU per request. Ratios are printed against the bound
+and against the bare loop.
 
 Run: ``python bench/throughput.py [--cases 10000] [--rounds 1]``. Prints numbers, asserts nothing.
 """
@@ -160,7 +162,8 @@ def measure_bare(folder: Path, server: EvalgateSimProcess, n: int) -> dict[str, 
     child = json.loads(text.strip().splitlines()[-1])
     assert child["ok"] == n, text
     return {"phase": n / child["phase_s"], "whole": n / wall, "cpu_ms": 1e3 * cpu / n,
-            "phase_cpu_ms": 1e3 * child["phase_cpu_s"] / n, "rss": rss}  # fmt: skip
+            "phase_cpu_ms": 1e3 * child["phase_cpu_s"] / n, "rss": rss,
+            "outside_s": wall - child["phase_s"]}  # fmt: skip
 
 
 def measure_evalgate(folder: Path, n: int, extra: list[str]) -> dict[str, float]:
@@ -170,7 +173,8 @@ def measure_evalgate(folder: Path, n: int, extra: list[str]) -> dict[str, float]
     wall, cpu, rss, text = run_child(argv, folder)
     phase, count = record_phase(store)
     assert count == n, text[-2000:]
-    return {"phase": n / phase, "whole": n / wall, "cpu_ms": 1e3 * cpu / n, "rss": rss}
+    return {"phase": n / phase, "whole": n / wall, "cpu_ms": 1e3 * cpu / n, "rss": rss,
+            "outside_s": wall - phase}  # fmt: skip
 
 
 def show(name: str, row: dict[str, float], bare: dict[str, float] | None) -> None:
@@ -179,7 +183,9 @@ def show(name: str, row: dict[str, float], bare: dict[str, float] | None) -> Non
     print(
         f"{name:<9} request phase {row['phase']:>6.0f} items/s = {row['phase'] / BOUND:>4.0%} "
         f"of bound{versus} | whole command {row['whole']:>6.0f} items/s = "
-        f"{row['whole'] / BOUND:>4.0%} of bound | CPU {row['cpu_ms']:.3f} ms/item{phase_cpu}"
+        f"{row['whole'] / BOUND:>4.0%} of bound (outside the request phase "
+        f"{row['outside_s']:.2f} s)"
+        f" | CPU {row['cpu_ms']:.3f} ms/item{phase_cpu}"
         f" | peak RSS {row['rss']:.0f} MB | server {row['server_ms']:.3f} ms CPU/req"
     )
 

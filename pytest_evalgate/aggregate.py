@@ -22,6 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate.aggregate_code import evalgate_case_scores, evalgate_sandbox_summary
+from pytest_evalgate.aggregate_table import (
+    EvalgateTableCounts,
+    evalgate_table_counts,
+    evalgate_table_error_rates,
+    evalgate_table_paired,
+    evalgate_table_perf,
+    evalgate_table_rows,
+)
 from pytest_evalgate.contamination import evalgate_canary_identities
 from pytest_evalgate.judged import evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest
@@ -35,6 +43,7 @@ from pytest_evalgate.store import (
     evalgate_candidate_prefix,
     evalgate_read_candidate,
 )
+from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
 from pytest_evalgate.suitecheck import evalgate_suite_check
 
 
@@ -116,8 +125,13 @@ def evalgate_aggregate(
 ) -> EvalgateAggregate:
     """Read, verify and combine what the store holds for ``selection``.
 
-    ``pair`` is (candidate name, baseline name) for the paired gate input, or None.
+    ``pair`` is (candidate name, baseline name) for the paired gate input, or None. Suites
+    without a judge and without ``scorer: code`` stream the store into compact columns
+    (``aggregate_table``); the others read records whole (the judge overlay and the sandbox
+    facts need them). Both give the same aggregate.
     """
+    if manifest.judged is None and manifest.sandbox is None:
+        return _aggregate_columns(backend, manifest, selection, pair)
     views = {name: _read(backend, manifest, name) for name in selection.candidates}
     views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only
     expected = _expected(manifest, selection)
@@ -143,6 +157,64 @@ def evalgate_aggregate(
         aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
         aggregate.flipped = _flipped(aggregate.gate_input)
     return aggregate
+
+
+def _aggregate_columns(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    pair: tuple[str, str] | None,
+) -> EvalgateAggregate:
+    rows = evalgate_table_rows([case.case_id for case in manifest.cases], selection.case_ids)
+    tables = {
+        name: _table(backend, manifest, name, rows) for name in dict.fromkeys(selection.candidates)
+    }
+    counts = evalgate_table_counts(
+        tables, selection.candidates, selection.case_ids, manifest.dataset_revision
+    )
+    problems = [problem for table in tables.values() for problem in table.problems]
+    aggregate = EvalgateAggregate(
+        status=_status(problems, counts.errors, counts.missing),
+        partial=not selection.evalgate_is_full(manifest),
+        expected=counts.expected,
+        completed=counts.completed,
+        missing=counts.missing,
+        errors=counts.errors,
+        duplicates=sum(table.duplicates for table in tables.values()),
+        problems=problems,
+        rates=_column_rates(counts),
+        canary_hits=len(counts.canary_identities),
+        canary_identities=counts.canary_identities,
+    )
+    if pair is not None and all(name in selection.candidates for name in pair):
+        paired = evalgate_table_paired(tables, selection.case_ids, pair)
+        aggregate.gate_input = _paired_input(
+            manifest,
+            paired.case_ids,
+            (paired.candidate_scores, paired.baseline_scores, paired.candidate_passed),
+            evalgate_table_perf(tables, selection.case_ids, pair),
+            evalgate_table_error_rates(tables, selection.candidates, selection.case_ids, pair),
+        )
+        aggregate.flipped = _flipped(aggregate.gate_input)
+    return aggregate
+
+
+def _table(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str, rows: dict[str, int]
+) -> EvalgateCandidateTable:
+    key = manifest.candidates[name].key
+    prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+    check = evalgate_suite_check(manifest, name)  # each record against the suite (suitecheck)
+    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)
+    table = EvalgateCandidateTable(rows, manifest.repetitions, manifest.canary)
+    return evalgate_read_table(backend, prefix, expect, table)
+
+
+def _column_rates(counts: EvalgateTableCounts) -> dict[str, dict[str, EvalgateRate]]:
+    return {
+        name: {slice_name: EvalgateRate(p, n) for slice_name, (p, n) in slices.items()}
+        for name, slices in sorted(counts.rates.items())
+    }
 
 
 def _read(
@@ -221,7 +293,6 @@ def _gate_input(
     errors: Counter[str],
 ) -> EvalgateGateInput:
     candidate, baseline = pair
-    index = manifest.evalgate_case_index()
     reps = range(manifest.repetitions)
     revision = manifest.dataset_revision
     paired = [
@@ -247,9 +318,27 @@ def _gate_input(
     )
     shape = (len(paired), manifest.repetitions)
     cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
+    perf = _perf(results.values(), pair)
+    return _paired_input(
+        manifest, tuple(paired), (cand, base, cand_passed), perf,
+        _error_rates(expected, results, pair),
+    )  # fmt: skip
+
+
+def _paired_input(
+    manifest: EvalgateManifest,
+    paired: tuple[str, ...],
+    columns: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]],
+    perf: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+    error_rates: dict[str, tuple[int, int]],
+) -> EvalgateGateInput:
+    """The gate input of the paired cases from their (cases, repetitions) columns: scores of
+    both sides and the candidate's passed flags."""
+    cand, base, cand_passed = columns
+    index = manifest.evalgate_case_index()
     k = manifest.evaluator.get("pass_at_k")
     return EvalgateGateInput(
-        case_ids=tuple(paired),
+        case_ids=paired,
         categories=np.array([index[c].category for c in paired], dtype=str),
         clusters=np.array([index[c].cluster for c in paired], dtype=str),
         # pass@k per case with evaluator.pass_at_k (scorer: code), else the mean.
@@ -261,8 +350,8 @@ def _gate_input(
         candidate_fail_counts=np.asarray((~cand_passed).any(axis=1), dtype=np.int64),
         candidate_trials=np.ones(len(paired), dtype=np.int64),
         repetitions=(manifest.repetitions, manifest.repetitions),
-        perf=_perf(results.values(), pair),
-        error_rates=_error_rates(expected, results, pair),
+        perf=perf,
+        error_rates=error_rates,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
@@ -64,6 +65,7 @@ from pytest_evalgate.runner.parent import (
     EvalgateSuiteRun,
     EvalgateWork,
 )
+from pytest_evalgate.runner.spawn import evalgate_discard_prespawned, evalgate_prespawn_child
 from pytest_evalgate.scheduler import EvalgateScheduling
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_threshold
 from pytest_evalgate.shard import (
@@ -74,6 +76,7 @@ from pytest_evalgate.shard import (
     evalgate_sub_shard,
     evalgate_worker_position,
 )
+from pytest_evalgate.stats import evalgate_preload_scipy
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,
@@ -159,6 +162,7 @@ class EvalgatePlugin:
         self.judging: EvalgateJudgeStage | None = None  # judged suites only (SPEC section 10)
         self.judge_endpoints: EvalgateJudgeEndpoints | None = None
         self.run_paths: dict[int, str] = {}
+        self.preload: threading.Thread | None = None  # scipy.stats, imported during the run
 
     def _topology(self) -> EvalgateTopology:
         text = self.config.getoption("evalgate_shard")
@@ -173,6 +177,17 @@ class EvalgatePlugin:
         return EvalgateTopology(shard, index, count, run_id)
 
     # -- collection -------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        # The runner child starts while pytest collects (its interpreter and imports overlap
+        # collection); a run that needs no request stops it again in _stop.
+        controller = self.config.pluginmanager.get_plugin("dsession") is not None
+        if not (self.aggregate_only or self.config.option.collectonly or controller):
+            evalgate_prespawn_child()
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        evalgate_discard_prespawned()
 
     def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.File | None:
         if file_path.name == EVALGATE_MANIFEST_NAME:
@@ -317,6 +332,8 @@ class EvalgatePlugin:
 
     def _gate(self, session: pytest.Session) -> None:
         self.gate_exit = 0
+        if self.preload is not None:
+            self.preload.join()  # never two threads importing scipy at once
         if self.crashed and not self.selection:
             self.summary.append(
                 f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
@@ -448,6 +465,8 @@ class EvalgatePlugin:
             on_record=self._on_record,
         )
         self.runner.evalgate_start()
+        if self._gates() and not hasattr(self.config, "workerinput"):
+            self.preload = evalgate_preload_scipy()
         self.progress_line = self._progress_line()
         # Items, works and the manifest live until the process ends: frozen, the collections of
         # the item loop, pytest's final one and the interpreter's at exit skip them (10,000
@@ -568,6 +587,7 @@ class EvalgatePlugin:
             if self.runner is not None:
                 self.runner.evalgate_close()
         finally:
+            evalgate_discard_prespawned()
             self._stop_judging()
             if self.pool is not None:
                 self.pool.evalgate_close()

@@ -59,8 +59,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-
 from pytest_evalgate.client.checks import (
     EVALGATE_HINT_CAP_S,
     EvalgateCaps,
@@ -91,6 +89,8 @@ from pytest_evalgate.client.types import (
 from pytest_evalgate.errors import EvalgateAnswerError, EvalgateConfigError
 
 if TYPE_CHECKING:  # only the type: the limiter object is the caller's
+    import aiohttp
+
     from pytest_evalgate.budget import EvalgateLimiter
 
 __all__ = [
@@ -99,6 +99,7 @@ __all__ = [
     "EvalgateCallResult",
     "EvalgateClient",
     "EvalgateEndpoint",
+    "evalgate_load_http",
     "evalgate_parse_duration",
     "evalgate_retry_hint",
 ]
@@ -122,6 +123,15 @@ class _Request:
     caps: EvalgateCaps
 
 
+def evalgate_load_http() -> None:
+    """Import aiohttp now (the runner's child does at start, before its setup arrives)."""
+    # aiohttp (0.3-0.7 s to import) is bound at module level by the first client: only the
+    # runner's child sends requests, while the pytest process imports this module for
+    # ``EvalgateEndpoint`` and must not pay for it on its start-up path.
+    global aiohttp
+    import aiohttp
+
+
 class EvalgateClient:
     """Sends requests for one process through one aiohttp session under ``limiter``.
 
@@ -137,6 +147,7 @@ class EvalgateClient:
         rng_seed: int | None = None,
         log: Callable[[str], None] | None = None,
     ) -> None:
+        evalgate_load_http()
         self._limiter = limiter
         self._rng = random.Random(rng_seed)
         self._log = log

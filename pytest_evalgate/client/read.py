@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import aiohttp
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalgate.client.checks import EvalgateCaps
 from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
+
+if TYPE_CHECKING:  # only the type: responses come from the client's session
+    import aiohttp
 
 
 @dataclass

@@ -26,7 +26,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pytest_evalgate.budget import EvalgateLimiter
-from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client import (
+    EvalgateCallResult,
+    EvalgateClient,
+    EvalgateEndpoint,
+    evalgate_load_http,
+)
 from pytest_evalgate.client.redact import evalgate_add_secret, evalgate_redact
 from pytest_evalgate.errors import EvalgateWireError
 from pytest_evalgate.runner.execution import EvalgateExecutionStage
@@ -75,7 +80,10 @@ class EvalgateChild:
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
-        setup = _setup(evalgate_decode_for_child(await reader.readline()))
+        first = await reader.readline()
+        if not first:  # stdin ended before any setup: a prespawned child nobody took
+            os._exit(_ORPHANED_EXIT)
+        setup = _setup(evalgate_decode_for_child(first))
         limiter = EvalgateLimiter(
             setup.limits.max_concurrency,
             setup.limits.requests_per_second,
@@ -299,5 +307,6 @@ async def _evalgate_child_main() -> None:
 def evalgate_child_main() -> int:
     """Run the child on this process's stdin and stdout; returns its exit status (0) after a
     ``close``. (An orphaned child and a failed one leave through ``os._exit``: 3 and 1.)"""
+    evalgate_load_http()  # while the parent may still be collecting (runner.spawn prespawns)
     asyncio.run(_evalgate_child_main())
     return 0

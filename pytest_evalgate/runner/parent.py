@@ -110,7 +110,7 @@ class EvalgateSuiteRun:
     sandbox: dict[str, Any] | None = None  # scorer: code (runner.execution settings)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EvalgateWork:
     """One identity to request: a case, a candidate, a repetition, and its shard."""
 

@@ -19,8 +19,42 @@ EVALGATE_STDERR_TAIL = 2000
 """How many characters of the child's stderr an error message quotes."""
 
 
-def evalgate_spawn_child() -> tuple[subprocess.Popen[bytes], IO[bytes]]:
-    """Start a runner child; returns the process and its stderr file (the caller closes it)."""
+_Child = tuple[subprocess.Popen[bytes], IO[bytes]]
+_PRESPAWNED: list[_Child] = []
+_DISCARD_WAIT_S = 5.0
+
+
+def evalgate_prespawn_child() -> None:
+    """Start one runner child ahead of need, so its start-up (interpreter, imports) overlaps
+    the caller's collection; the next ``evalgate_spawn_child`` takes it. At most one waits."""
+    if not _PRESPAWNED:
+        _PRESPAWNED.append(_start_child())
+
+
+def evalgate_discard_prespawned() -> None:
+    """Stop a prespawned child nobody took (nothing to request): its stdin closes before any
+    setup, so it exits at once (the orphan path); it is reaped here."""
+    while _PRESPAWNED:
+        process, stderr = _PRESPAWNED.pop()
+        evalgate_close_quietly(process.stdin)
+        try:
+            process.wait(timeout=_DISCARD_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        evalgate_close_quietly(process.stdout)
+        evalgate_close_quietly(stderr)
+
+
+def evalgate_spawn_child() -> _Child:
+    """A runner child (the prespawned one if any); returns the process and its stderr file
+    (the caller closes it)."""
+    if _PRESPAWNED:
+        return _PRESPAWNED.pop()
+    return _start_child()
+
+
+def _start_child() -> _Child:
     stderr = tempfile.TemporaryFile()  # noqa: SIM115  (kept open for the child's life)
     process = subprocess.Popen(
         [sys.executable, "-m", "pytest_evalgate.runner"],

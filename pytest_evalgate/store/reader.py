@@ -144,6 +144,11 @@ def evalgate_path_problem(
 
 
 def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    yield from evalgate_segment_lines(data)
+
+
+def evalgate_segment_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines of one segment's bytes, with their 1-based line numbers."""
     for number, line in enumerate(data.split(b"\n"), start=1):
         if line.strip():
             yield number, line
@@ -152,9 +157,11 @@ def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
 def _take(
     view: EvalgateStoreView, relpath: str, number: int, line: bytes, expect: EvalgateExpectation
 ) -> None:
-    record, reason = _parse_record(line, expect)
+    record, reason = evalgate_verify_line(line, expect)
     if record is None:
-        view.problems.append(EvalgateStoreProblem(relpath, number, _identity_text(line), reason))
+        view.problems.append(
+            EvalgateStoreProblem(relpath, number, evalgate_identity_text(line), reason)
+        )
         return
     key = EvalgateIdentity.evalgate_from(record["identity"])
     if record["error"] is not None:
@@ -175,21 +182,28 @@ def _merge_result(
         view.results[key] = record
         view.where[key] = f"{relpath}:{number}"
         view.errors.pop(key, None)
-    elif _content(existing) == _content(record):
+    elif evalgate_content(existing) == evalgate_content(record):
         view.duplicates += 1
     else:
-        reason = (
-            "conflicting duplicate: same identity, different output or score than "
-            + view.where[key]
-        )
+        reason = evalgate_conflict_reason(view.where[key])
         view.problems.append(EvalgateStoreProblem(relpath, number, key.evalgate_label(), reason))
 
 
-def _content(record: EvalgateRecord) -> tuple[Any, ...]:
+def evalgate_conflict_reason(first: str) -> str:
+    """The problem of a result that conflicts with the one at ``first`` (``file:line``)."""
+    return "conflicting duplicate: same identity, different output or score than " + first
+
+
+def evalgate_content(record: EvalgateRecord) -> tuple[Any, ...]:
+    """What two results of one identity must agree on to be identical duplicates."""
     return (record["output"], record["score"], record["passed"], record["finish_reason"])
 
 
-def _parse_record(line: bytes, expect: EvalgateExpectation) -> tuple[EvalgateRecord | None, str]:
+def evalgate_verify_line(
+    line: bytes, expect: EvalgateExpectation
+) -> tuple[EvalgateRecord | None, str]:
+    """The record of one stored line, verified (JSON, schema fields, checksum, definition
+    digest, candidate key, dataset revision), or (None, the reason it is a problem)."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -224,7 +238,8 @@ def _check_expectation(
     return cast(EvalgateRecord, record), ""
 
 
-def _identity_text(line: bytes) -> str:
+def evalgate_identity_text(line: bytes) -> str:
+    """How a problem names the identity of a line that failed verification."""
     try:
         identity = json.loads(line)["identity"]
         return EvalgateIdentity.evalgate_from(identity).evalgate_label()
