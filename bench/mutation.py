@@ -1,0 +1,424 @@
+"""Mutation check: mutate one module, run the tests that exercise it, count what they catch.
+
+Run from the repo root (not part of CI: it is slow by design, and the machine is shared):
+
+    python bench/mutation.py pytest_evalgate/stats.py                 # default tests, 100 mutants
+    python bench/mutation.py gate --max-mutants 150 --seed 1 --timeout 60
+    python bench/mutation.py pytest_evalgate/store/reader.py --tests tests/test_store.py
+    python bench/mutation.py stats --all --survivors                  # every mutant, list survivors
+
+Each mutant is one small change to the module's syntax tree (operators below). The runner
+imports the heavy third-party packages once, then forks one child per mutant; the child installs
+an import hook that serves the mutated module in place of the file and runs pytest in-process on
+the module's test files (``-x``, no cache, no randomisation), so a mutant costs the tests' own
+time and no interpreter start. The child's exit decides: pytest exit 0 means the mutant
+**survived**; any failure (a failed test, an import or collection error) means **killed**; a child
+still running after ``--timeout`` seconds is killed by its PID and counted **timed out** (an
+infinite loop is caught, not a pass). The unmutated module is run first and must pass.
+
+Operators: comparison swaps (``<``/``<=``/``>``/``>=``/``==``/``!=``/``in``/``is``), arithmetic
+swaps (``+ -``, ``* /``, ``// /``, ``** *``, ``% /``, augmented assignments), ``and``/``or``,
+dropping ``not`` and unary minus, number and boolean constants (``n -> n + 1``, ``0.0 -> 1.0``,
+``True <-> False``), ``x = f()`` -> ``x = None``, dropping an expression statement, ``return x``
+-> ``return None``, swapping a call's first two positional arguments, ``break <-> continue``.
+Docstrings, annotations and string constants are not mutated (message text is not behaviour).
+
+Bounded: ``--max-mutants`` sampled with ``--seed`` from all sites (``--all`` for every one),
+``--timeout`` per mutant, and the process runs under ``nice`` (``--nice``), one child at a time.
+Mutants listed as equivalent in docs/testing.md (lines ``- `ID` reason``) are counted apart and
+left out of the score; ``--survivors`` prints each survivor's ID in that form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import importlib.abc
+import importlib.util
+import os
+import random
+import re
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The fastest test files that exercise each module (pure unit tests first; no subprocesses).
+DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
+    "pytest_evalgate/stats.py": ("tests/test_stats.py", "tests/test_stats_exact.py"),
+    "pytest_evalgate/gate.py": (
+        "tests/test_gate_rules.py",
+        "tests/test_gate_rules_exact.py",
+        "tests/test_gate_single.py",
+    ),
+    "pytest_evalgate/gate_single.py": (
+        "tests/test_gate_single.py",
+        "tests/test_gate_rules_exact.py",
+    ),
+    "pytest_evalgate/gate_judge.py": ("tests/test_judge_pairwise.py", "tests/test_judge_wiring.py"),
+    "pytest_evalgate/aggregate.py": ("tests/test_aggregate.py", "tests/test_aggregate_fields.py"),
+    "pytest_evalgate/aggregate_code.py": (
+        "tests/test_aggregate_fields.py",
+        "tests/test_sandbox_passk.py",
+    ),
+    "pytest_evalgate/store/records.py": ("tests/test_records.py", "tests/test_store_exact.py"),
+    "pytest_evalgate/store/reader.py": ("tests/test_store.py", "tests/test_store_exact.py"),
+    "pytest_evalgate/store/writer.py": ("tests/test_store.py", "tests/test_store_exact.py"),
+    "pytest_evalgate/store/generations.py": ("tests/test_store.py", "tests/test_store_exact.py"),
+    "pytest_evalgate/scoring.py": ("tests/test_scoring.py",),
+    "pytest_evalgate/judge/agreement.py": ("tests/test_judge_agreement.py",),
+    "pytest_evalgate/sandbox/passk.py": ("tests/test_sandbox_passk.py",),
+}
+# Imported once in the parent so that each forked child starts warm.
+WARM_IMPORTS = (
+    "numpy", "scipy.stats", "scipy.special", "statsmodels.api", "pydantic", "yaml", "pytest",
+    "hypothesis", "httpx", "aiohttp", "matplotlib", "cryptography",
+)  # fmt: skip
+EQUIVALENTS_FILE = ROOT / "docs" / "testing.md"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One change: the ``ordinal``-th site of the module, described for people and for IDs."""
+
+    ordinal: int
+    line: int
+    function: str
+    before: str
+    after: str
+
+    @property
+    def ident(self) -> str:
+        return f"{self.function}: {self.before} -> {self.after}"
+
+
+# --------------------------------------------------------------------------- operators
+
+_CMP_SWAPS: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+}  # fmt: skip
+_BIN_SWAPS: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div, ast.Pow: ast.Mult, ast.Mod: ast.Div,
+}  # fmt: skip
+
+
+def _alternatives(node: ast.AST) -> Iterator[ast.AST]:
+    """Every mutated copy of ``node`` itself (children untouched)."""
+    if isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            swap = _CMP_SWAPS.get(type(op))
+            if swap is not None:
+                yield _replace_list(node, "ops", i, swap())
+    elif isinstance(node, ast.BinOp | ast.AugAssign) and type(node.op) in _BIN_SWAPS:
+        clone = copy.copy(node)
+        clone.op = _BIN_SWAPS[type(node.op)]()
+        yield clone
+    elif isinstance(node, ast.BoolOp):
+        clone = copy.copy(node)
+        clone.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        yield clone
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub):
+        yield node.operand
+    elif isinstance(node, ast.Constant):
+        yield from _constant(node)
+    elif isinstance(node, ast.Call) and _swappable(node):
+        args = [node.args[1], node.args[0], *node.args[2:]]
+        yield ast.Call(func=node.func, args=args, keywords=node.keywords)
+    yield from _statement(node)
+
+
+def _swappable(node: ast.Call) -> bool:
+    heads = node.args[:2]
+    return len(heads) == 2 and not any(isinstance(arg, ast.Starred) for arg in heads)
+
+
+def _replace_list(node: ast.AST, field: str, index: int, value: ast.AST) -> ast.AST:
+    clone = copy.copy(node)
+    items = list(getattr(node, field))
+    items[index] = value
+    setattr(clone, field, items)
+    return clone
+
+
+def _constant(node: ast.Constant) -> Iterator[ast.AST]:
+    value = node.value
+    if isinstance(value, bool):
+        yield ast.Constant(not value)
+    elif isinstance(value, int):
+        yield ast.Constant(value + 1)
+    elif isinstance(value, float):
+        yield ast.Constant(value + 1.0 if value in (0.0, 1.0) else value * 2.0)
+
+
+def _statement(node: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(node, ast.Assign) and not _is_none(node.value):
+        yield ast.Assign(targets=node.targets, value=ast.Constant(None), type_comment=None)
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        yield ast.Pass()
+    elif isinstance(node, ast.Return) and node.value is not None and not _is_none(node.value):
+        yield ast.Return(value=ast.Constant(None))
+    elif isinstance(node, ast.Break):
+        yield ast.Continue()
+    elif isinstance(node, ast.Continue):
+        yield ast.Break()
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+# --------------------------------------------------------------------------- sites
+
+
+_SKIPPED_FIELDS = {"annotation", "returns", "type_comment", "decorator_list"}
+
+
+def _children(node: ast.AST) -> Iterator[tuple[str, int | None, ast.AST]]:
+    for field, value in ast.iter_fields(node):
+        if field in _SKIPPED_FIELDS:
+            continue
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, ast.AST) and not _is_docstring(node, field, index, item):
+                    yield field, index, item
+        elif isinstance(value, ast.AST):
+            yield field, None, value
+
+
+def _is_docstring(parent: ast.AST, field: str, index: int, item: ast.AST) -> bool:
+    return (
+        field == "body"
+        and index == 0
+        and isinstance(item, ast.Expr)
+        and isinstance(item.value, ast.Constant)
+        and isinstance(item.value.value, str)
+    )
+
+
+def _walk_sites(tree: ast.AST) -> Iterator[tuple[ast.AST, str, int | None, ast.AST, str]]:
+    """(parent, field, index, alternative, function) for every mutation site, in source order."""
+    stack: list[tuple[ast.AST, str]] = [(tree, "<module>")]
+    while stack:
+        node, function = stack.pop()
+        children = list(_children(node))
+        for field, index, child in children:
+            if isinstance(child, ast.JoinedStr):
+                continue  # f-strings are messages
+            for alternative in _alternatives(child):
+                if function == "<module>" and isinstance(alternative, ast.Assign):
+                    continue  # module constants are mutated through their values instead
+                located = ast.fix_missing_locations(ast.copy_location(alternative, child))
+                yield node, field, index, located, function
+        for _, _, child in reversed(children):
+            if not isinstance(child, ast.JoinedStr | ast.Import | ast.ImportFrom):
+                stack.append((child, _qualify(function, child)))
+
+
+def _qualify(function: str, child: ast.AST) -> str:
+    if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return child.name if function == "<module>" else f"{function}.{child.name}"
+    return function
+
+
+def evalgate_mutants(source: str) -> list[Mutant]:
+    """Every mutant of ``source``, numbered in the order ``evalgate_apply`` counts them."""
+    tree = ast.parse(source)
+    out: list[Mutant] = []
+    for ordinal, (parent, field, index, alternative, function) in enumerate(_walk_sites(tree)):
+        original = getattr(parent, field) if index is None else getattr(parent, field)[index]
+        before, after = _show(original), _show(alternative)
+        out.append(Mutant(ordinal, getattr(original, "lineno", 0), function, before, after))
+    return out
+
+
+def _show(node: ast.AST) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+def evalgate_apply(source: str, ordinal: int) -> ast.Module:
+    """The syntax tree of ``source`` with mutant ``ordinal`` applied."""
+    tree = ast.parse(source)
+    for number, (parent, field, index, alternative, _) in enumerate(_walk_sites(tree)):
+        if number == ordinal:
+            if index is None:
+                setattr(parent, field, alternative)
+            else:
+                getattr(parent, field)[index] = alternative
+            return ast.fix_missing_locations(tree)
+    raise IndexError(ordinal)
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _Serve(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves ``name`` from a code object instead of its file (installed in the child only)."""
+
+    def __init__(self, name: str, path: Path, code: object) -> None:
+        self.name, self.path, self.code = name, path, code
+
+    def find_spec(self, fullname, path, target=None):  # type: ignore[no-untyped-def]
+        if fullname != self.name:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.path, loader=self)
+
+    def create_module(self, spec):  # type: ignore[no-untyped-def]
+        return None
+
+    def exec_module(self, module):  # type: ignore[no-untyped-def]
+        exec(self.code, module.__dict__)
+
+
+def _run_child(name: str, path: Path, tree: ast.Module | None, tests: list[str]) -> int:
+    import pytest
+
+    if tree is not None:
+        sys.meta_path.insert(0, _Serve(name, path, compile(tree, str(path), "exec")))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    args = [*tests, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist"]
+    return int(pytest.main(args))
+
+
+def _fork(name: str, path: Path, tree: ast.Module | None, tests: list[str], timeout: float) -> str:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            code = _run_child(name, path, tree, tests)
+        except BaseException:
+            code = 3
+        os._exit(0 if code == 0 else 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return "survived" if os.waitstatus_to_exitcode(status) == 0 else "killed"
+        time.sleep(0.02)  # polling a child's exit; the deadline bounds it
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "timeout"
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def _resolve(target: str) -> Path:
+    candidates = [Path(target), ROOT / target, ROOT / "pytest_evalgate" / f"{target}.py"]
+    candidates.append(ROOT / "pytest_evalgate" / target.replace(".", "/"))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise SystemExit(f"mutation: no module {target!r}")
+
+
+def _equivalents(relative: str) -> set[str]:
+    if not EQUIVALENTS_FILE.is_file():
+        return set()
+    pattern = re.compile(r"^- `" + re.escape(relative) + r" :: (.+?)`")
+    text = EQUIVALENTS_FILE.read_text(encoding="utf-8").splitlines()
+    return {m.group(1) for line in text if (m := pattern.match(line))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("module", help="a path (pytest_evalgate/stats.py) or a short name (stats)")
+    parser.add_argument("--tests", nargs="+", help="test files to run (default: the module's)")
+    parser.add_argument("--max-mutants", type=int, default=100)
+    parser.add_argument("--all", action="store_true", help="every mutant, no sampling")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=0.0, help="seconds (default 5x baseline)")
+    parser.add_argument("--nice", type=int, default=10)
+    parser.add_argument("--survivors", action="store_true", help="print every survivor's ID")
+    args = parser.parse_args(argv)
+    os.chdir(ROOT)
+    os.nice(args.nice)
+    path = _resolve(args.module)
+    relative = path.relative_to(ROOT).as_posix()
+    tests = list(args.tests or DEFAULT_TESTS.get(relative, ()))
+    tests = [t for t in tests if (ROOT / t).is_file()]
+    if not tests:
+        raise SystemExit(f"mutation: no test files for {relative}; pass --tests")
+    return _report(path, relative, tests, args)
+
+
+def _report(path: Path, relative: str, tests: list[str], args: argparse.Namespace) -> int:
+    _warm()
+    name, source = _module_name(path), path.read_text(encoding="utf-8")
+    mutants = evalgate_mutants(source)
+    sample = mutants if args.all else _sample(mutants, args.max_mutants, args.seed)
+    started = time.monotonic()
+    if _fork(name, path, None, tests, 600.0) != "survived":
+        raise SystemExit(f"mutation: the tests fail on the unmutated {relative}: {' '.join(tests)}")
+    baseline = time.monotonic() - started
+    timeout = args.timeout or max(10.0, 5.0 * baseline)
+    equivalent = _equivalents(relative)
+    counts = {"killed": 0, "survived": 0, "timeout": 0, "equivalent": 0}
+    survivors: list[Mutant] = []
+    for mutant in sample:
+        outcome = _fork(name, path, evalgate_apply(source, mutant.ordinal), tests, timeout)
+        if outcome == "survived" and mutant.ident in equivalent:
+            outcome = "equivalent"
+        counts[outcome] += 1
+        if outcome == "survived":
+            survivors.append(mutant)
+    elapsed = time.monotonic() - started
+    _print(relative, tests, len(mutants), sample, args, counts, elapsed, baseline)
+    for mutant in survivors if args.survivors else survivors[:20]:
+        print(f"  survived line {mutant.line}: - `{relative} :: {mutant.ident}`")
+    return 0
+
+
+def _warm() -> None:
+    for module in WARM_IMPORTS:
+        try:
+            __import__(module)
+        except ImportError:
+            continue
+    if "matplotlib" in sys.modules:  # the suite's conftest imports pyplot on the Agg backend
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+
+
+def _sample(mutants: list[Mutant], size: int, seed: int) -> list[Mutant]:
+    if size >= len(mutants):
+        return mutants
+    return sorted(random.Random(seed).sample(mutants, size), key=lambda m: m.ordinal)
+
+
+def _print(
+    relative: str,
+    tests: list[str],
+    total: int,
+    sample: list[Mutant],
+    args: argparse.Namespace,
+    counts: dict[str, int],
+    elapsed: float,
+    baseline: float,
+) -> None:
+    scored = len(sample) - counts["equivalent"]
+    caught = counts["killed"] + counts["timeout"]
+    score = 100.0 * caught / scored if scored else float("nan")
+    how = "all" if len(sample) == total else f"sampled {len(sample)} with seed {args.seed}"
+    print(f"{relative}: {total} mutants, {how}; tests: {' '.join(tests)}")
+    print(
+        f"killed {counts['killed']}, survived {counts['survived']}, timed out {counts['timeout']},"
+        f" equivalent {counts['equivalent']}; score {score:.1f}% ({caught}/{scored});"
+        f" {elapsed:.0f} s (unmutated run {baseline:.1f} s)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

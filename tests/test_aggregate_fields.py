@@ -1,0 +1,219 @@
+"""aggregate.py: every field of the gate input checked against the store it came from.
+
+One real local store, two candidates, two categories, two repetitions; every record's score,
+pass, timings and tokens differ by side, case and repetition, so that a field read from the
+wrong side, case, repetition or metric gets a different value. The expected values are computed
+here from the table the records were written from (plain Python), not from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from suitekit import make_cases, write_suite
+
+from pytest_evalgate import gate
+from pytest_evalgate.aggregate import EvalgateAggregate, EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.store import (
+    EvalgateLocalStore,
+    EvalgateSegmentWriter,
+    evalgate_candidate_prefix,
+    evalgate_seal,
+)
+
+URL = "simulated://?accuracy=1.0"
+CANARY = "EVALGATE-CANARY-7f3a"
+SIDES = ("candidate", "baseline")
+CASES = [f"alpha-{i:03d}" for i in range(4)] + [f"beta-{i:03d}" for i in range(4)]
+ERRORED = {("candidate", "alpha-003", 1), ("candidate", "beta-000", 0)}
+MISSING = {("baseline", "beta-003", 1)}
+LEAKED = ("candidate", "beta-001", 1)
+
+
+def passed(side: str, case: int, rep: int) -> bool:
+    """The table: the candidate fails alpha-001 rep 1 and beta-002; the baseline fails beta-001."""
+    if side == "candidate":
+        return not ((case == 1 and rep == 1) or case == 6)
+    return case != 5
+
+
+def ttft(side: str, case: int, rep: int) -> float:
+    return (0.5 if side == "candidate" else 0.25) + case / 64 + rep / 128
+
+
+def tokens(side: str, case: int, rep: int) -> int:
+    return (40 if side == "candidate" else 20) + 2 * case + rep
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> EvalgateManifest:
+    cases = make_cases(["alpha"], 4) + make_cases(["beta"], 4)
+    path = write_suite(
+        tmp_path / "s", dict.fromkeys(SIDES, URL), cases=cases, repetitions=2,
+        extra={"canary": CANARY},
+    )  # fmt: skip
+    return evalgate_load_manifest(str(path))
+
+
+def record(manifest: EvalgateManifest, side: str, index: int, rep: int) -> dict[str, Any]:
+    case_id = CASES[index]
+    case = manifest.evalgate_case(case_id)
+    ok = passed(side, index, rep)
+    output = case.target if ok else "wrong"
+    if (side, case_id, rep) == LEAKED:
+        output += f" {CANARY}"
+    body: dict[str, Any] = {
+        "identity": {"dataset_revision": manifest.dataset_revision, "case_id": case_id,
+                     "candidate": side, "repetition": rep},
+        "definition_digest": manifest.definition_digest,
+        "candidate_key": manifest.candidates[side].key,
+        "category": case.category, "cluster": case.cluster,
+        "output": output, "score": float(ok), "passed": ok, "attempts": 1, "error": None,
+        "timing": {"queued_s": 0.0, "ttft_s": ttft(side, index, rep),
+                   "tpot_s": ttft(side, index, rep) / 10, "e2e_s": 2 * ttft(side, index, rep),
+                   "itl_p95_s": None if index % 2 else ttft(side, index, rep) / 5},
+        "usage": {"prompt_tokens": 5, "completion_tokens": tokens(side, index, rep)},
+        "finish_reason": "stop", "shard": 0, "writer": "w", "started_at": "t0",
+        "finished_at": "t1",
+    }  # fmt: skip
+    if (side, case_id, rep) in ERRORED:
+        error = {"category": "timeout", "status": None, "message": "read timeout"}
+        body.update(output=None, score=None, passed=None, error=error)
+    return evalgate_seal(body)
+
+
+@pytest.fixture
+def aggregate(tmp_path: Path, manifest: EvalgateManifest) -> EvalgateAggregate:
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    writer = EvalgateSegmentWriter(store, "shard-0-of-1")
+    for side in SIDES:
+        prefix = evalgate_candidate_prefix(
+            manifest.suite, manifest.definition_digest, manifest.candidates[side].key
+        )
+        for index, case_id in enumerate(CASES):
+            for rep in range(2):
+                if (side, case_id, rep) not in MISSING:
+                    writer.evalgate_add(prefix, record(manifest, side, index, rep))
+    writer.evalgate_commit()
+    selection = EvalgateSelection(SIDES, tuple(CASES))
+    return evalgate_aggregate(store, manifest, selection, SIDES)
+
+
+def paired() -> list[int]:
+    unpaired = {case for _, case, _ in ERRORED | MISSING}
+    return [i for i, case in enumerate(CASES) if case not in unpaired]
+
+
+def results(side: str) -> list[tuple[int, int]]:
+    gone = {(case, rep) for s, case, rep in ERRORED | MISSING if s == side}
+    return [(i, r) for i, c in enumerate(CASES) for r in range(2) if (c, r) not in gone]
+
+
+def test_counts_status_errors_and_rates(aggregate: EvalgateAggregate) -> None:
+    assert (aggregate.status, aggregate.partial) == ("incomplete", False)
+    assert (aggregate.expected, aggregate.completed, aggregate.missing) == (32, 29, 1)
+    assert dict(aggregate.errors) == {"timeout": 2}
+    assert aggregate.duplicates == 0 and aggregate.problems == []
+    for side in SIDES:
+        done = results(side)
+        for name in ("all", "alpha", "beta"):
+            mine = [(i, r) for i, r in done if name == "all" or CASES[i].startswith(name)]
+            rate = aggregate.rates[side][name]
+            assert (rate.passed, rate.scored) == (
+                sum(passed(side, i, r) for i, r in mine),
+                len(mine),
+            )
+    assert aggregate.rates["candidate"]["all"].scored == 14
+    assert aggregate.rates["baseline"]["all"].scored == 15
+
+
+def test_scores_clusters_and_floor_counts_per_case(aggregate: EvalgateAggregate) -> None:
+    data = aggregate.gate_input
+    assert data is not None
+    keep = paired()
+    assert data.case_ids == tuple(CASES[i] for i in keep)
+    assert data.categories.tolist() == [CASES[i].split("-")[0] for i in keep]
+    assert data.clusters.tolist() == [f"{CASES[i][:-4]}-p{int(CASES[i][-3:]) // 2}" for i in keep]
+    for side, scores in (("candidate", data.candidate_scores), ("baseline", data.baseline_scores)):
+        expected = [(passed(side, i, 0) + passed(side, i, 1)) / 2 for i in keep]
+        assert scores.tolist() == expected, side
+    failed = [int(not (passed("candidate", i, 0) and passed("candidate", i, 1))) for i in keep]
+    assert data.candidate_fail_counts.tolist() == failed == [0, 1, 0, 0, 1]
+    assert data.candidate_trials.tolist() == [1] * len(keep)
+    assert data.repetitions == (2, 2)
+
+
+def test_perf_samples_belong_to_their_own_side_and_metric(aggregate: EvalgateAggregate) -> None:
+    data = aggregate.gate_input
+    assert data is not None
+    assert set(data.perf) == {"ttft", "tpot", "itl", "e2e", "output_tokens"}
+    for position, side in enumerate(SIDES):
+        done = results(side)
+        expect = {
+            "ttft": [ttft(side, i, r) for i, r in done],
+            "tpot": [ttft(side, i, r) / 10 for i, r in done],
+            "e2e": [2 * ttft(side, i, r) for i, r in done],
+            "itl": [ttft(side, i, r) / 5 for i, r in done if i % 2 == 0],
+            "output_tokens": [float(tokens(side, i, r)) for i, r in done],
+        }
+        for metric, values in expect.items():
+            got = data.perf[metric][position]
+            assert sorted(got.tolist()) == sorted(values), (side, metric)
+
+
+def test_a_perf_rule_on_the_aggregated_input_sees_the_candidate_slower(
+    aggregate: EvalgateAggregate,
+) -> None:
+    # The named survivor: with the candidate's samples swapped for the baseline's, every ratio is 1.
+    data = aggregate.gate_input
+    assert data is not None
+    rule = gate.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", threshold=1.2)
+    (only,) = gate.evalgate_evaluate(gate.EvalgatePolicy("t", (rule,), resamples=200), data).rules
+    cand = np.percentile([tokens("candidate", i, r) for i, r in results("candidate")], 50,
+                         method="inverted_cdf")  # fmt: skip
+    base = np.percentile([tokens("baseline", i, r) for i, r in results("baseline")], 50,
+                         method="inverted_cdf")  # fmt: skip
+    assert only.estimate == float(cand) / float(base) and only.estimate > 1.5
+    assert not only.passed and only.n_cases == 14
+
+
+def test_error_rates_count_errored_and_missing_identities_per_side(
+    aggregate: EvalgateAggregate,
+) -> None:
+    data = aggregate.gate_input
+    assert data is not None
+    assert dict(data.error_rates) == {"candidate": (2, 16), "baseline": (1, 16)}
+
+
+def test_flipped_cases_and_canary_hits(aggregate: EvalgateAggregate) -> None:
+    keep = paired()
+    flips = []
+    for i in keep:
+        before = (passed("baseline", i, 0) + passed("baseline", i, 1)) / 2
+        after = (passed("candidate", i, 0) + passed("candidate", i, 1)) / 2
+        if (before >= 0.5) != (after >= 0.5):
+            flips.append({"case_id": CASES[i], "category": CASES[i].split("-")[0],
+                          "baseline": before, "candidate": after})  # fmt: skip
+    assert aggregate.flipped == flips
+    assert [flip["case_id"] for flip in flips] == ["beta-001", "beta-002"]
+    assert aggregate.canary_hits == 1
+    side, case_id, rep = LEAKED
+    assert [
+        (i["candidate"], i["case_id"], i["repetition"]) for i in aggregate.canary_identities
+    ] == [(side, case_id, rep)]
+
+
+def test_no_pair_gives_no_gate_input(tmp_path: Path, manifest: EvalgateManifest) -> None:
+    store = EvalgateLocalStore(str(tmp_path / "empty"))
+    only = EvalgateSelection(("candidate",), tuple(CASES))
+    result = evalgate_aggregate(store, manifest, only, SIDES)
+    assert result.gate_input is None and result.flipped == []
+    assert (result.status, result.missing, result.partial) == ("incomplete", 16, True)
+    empty = evalgate_aggregate(store, manifest, EvalgateSelection(SIDES, tuple(CASES)), SIDES)
+    assert empty.gate_input is not None and empty.gate_input.case_ids == ()
+    assert empty.gate_input.candidate_scores.tolist() == []
+    assert dict(empty.gate_input.error_rates) == {"candidate": (16, 16), "baseline": (16, 16)}
