@@ -51,13 +51,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # The fastest test files that exercise each module (pure unit tests first; no subprocesses).
 DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
     "pytest_evalgate/stats.py": ("tests/test_stats.py", "tests/test_stats_exact.py"),
-    "pytest_evalgate/gate.py": (
-        "tests/test_gate_rules.py",
-        "tests/test_gate_rules_exact.py",
-        "tests/test_gate_single.py",
-    ),
+    "pytest_evalgate/gate.py": ("tests/test_gate_rules.py", "tests/test_gate_rules_exact.py"),
     "pytest_evalgate/gate_single.py": (
-        "tests/test_gate_single.py",
+        "tests/test_gate_rules.py",
         "tests/test_gate_rules_exact.py",
     ),
     "pytest_evalgate/gate_judge.py": ("tests/test_judge_pairwise.py", "tests/test_judge_wiring.py"),
@@ -74,10 +70,14 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
     "pytest_evalgate/judge/agreement.py": ("tests/test_judge_agreement.py",),
     "pytest_evalgate/sandbox/passk.py": ("tests/test_sandbox_passk.py",),
 }
+# The store's tests run on both backends; the S3 half starts a server per test, so it is left out.
+DEFAULT_KEYWORDS = {
+    name: "not s3" for name in DEFAULT_TESTS if name.startswith("pytest_evalgate/store/")
+}
 # Imported once in the parent so that each forked child starts warm.
 WARM_IMPORTS = (
     "numpy", "scipy.stats", "scipy.special", "statsmodels.api", "pydantic", "yaml", "pytest",
-    "hypothesis", "httpx", "aiohttp", "matplotlib", "cryptography",
+    "httpx", "aiohttp", "matplotlib", "cryptography",
 )  # fmt: skip
 EQUIVALENTS_FILE = ROOT / "docs" / "testing.md"
 
@@ -135,9 +135,17 @@ def _alternatives(node: ast.AST) -> Iterator[ast.AST]:
     yield from _statement(node)
 
 
+# Swapping the arguments of a symmetric function cannot change behaviour: never generated.
+_SYMMETRIC = {"max", "min", "minimum", "maximum", "isclose", "hypot", "gcd", "fmax", "fmin"}
+
+
 def _swappable(node: ast.Call) -> bool:
     heads = node.args[:2]
-    return len(heads) == 2 and not any(isinstance(arg, ast.Starred) for arg in heads)
+    if len(heads) < 2 or any(isinstance(arg, ast.Starred) for arg in heads):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return name not in _SYMMETRIC
 
 
 def _replace_list(node: ast.AST, field: str, index: int, value: ast.AST) -> ast.AST:
@@ -234,14 +242,22 @@ def evalgate_mutants(source: str) -> list[Mutant]:
     out: list[Mutant] = []
     for ordinal, (parent, field, index, alternative, function) in enumerate(_walk_sites(tree)):
         original = getattr(parent, field) if index is None else getattr(parent, field)[index]
-        before, after = _show(original), _show(alternative)
+        before, after = _shown(original, alternative)
         out.append(Mutant(ordinal, getattr(original, "lineno", 0), function, before, after))
     return out
 
 
-def _show(node: ast.AST) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= 70 else text[:67] + "..."
+def _shown(original: ast.AST, alternative: ast.AST) -> tuple[str, str]:
+    """Both sides as one-line source; long ones cut to a window around where they differ."""
+    before, after = (" ".join(ast.unparse(node).split()) for node in (original, alternative))
+    if max(len(before), len(after)) <= 70:
+        return before, after
+    start = 0
+    while start < min(len(before), len(after)) and before[start] == after[start]:
+        start += 1
+    start = max(0, start - 30)
+    cut = "..." if start else ""
+    return cut + before[start : start + 60] + "...", cut + after[start : start + 60] + "..."
 
 
 def evalgate_apply(source: str, ordinal: int) -> ast.Module:
@@ -279,6 +295,7 @@ class _Serve(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _run_child(name: str, path: Path, tree: ast.Module | None, tests: list[str]) -> int:
+    # ``tests`` are pytest's arguments: test files, and ``-k EXPR`` when a keyword was given.
     import pytest
 
     if tree is not None:
@@ -334,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", help="a path (pytest_evalgate/stats.py) or a short name (stats)")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the module's)")
+    parser.add_argument("-k", "--keyword", help="pytest -k expression (default: the module's)")
     parser.add_argument("--max-mutants", type=int, default=100)
     parser.add_argument("--all", action="store_true", help="every mutant, no sampling")
     parser.add_argument("--seed", type=int, default=0)
@@ -349,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     tests = [t for t in tests if (ROOT / t).is_file()]
     if not tests:
         raise SystemExit(f"mutation: no test files for {relative}; pass --tests")
+    keyword = args.keyword if args.keyword is not None else DEFAULT_KEYWORDS.get(relative)
+    tests += ["-k", keyword] if keyword else []
     return _report(path, relative, tests, args)
 
 
@@ -365,11 +385,14 @@ def _report(path: Path, relative: str, tests: list[str], args: argparse.Namespac
     equivalent = _equivalents(relative)
     counts = {"killed": 0, "survived": 0, "timeout": 0, "equivalent": 0}
     survivors: list[Mutant] = []
-    for mutant in sample:
+    for number, mutant in enumerate(sample, start=1):
         outcome = _fork(name, path, evalgate_apply(source, mutant.ordinal), tests, timeout)
         if outcome == "survived" and mutant.ident in equivalent:
             outcome = "equivalent"
         counts[outcome] += 1
+        print(
+            f"[{number}/{len(sample)}] {outcome}: line {mutant.line}", file=sys.stderr, flush=True
+        )
         if outcome == "survived":
             survivors.append(mutant)
     elapsed = time.monotonic() - started

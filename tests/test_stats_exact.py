@@ -206,16 +206,35 @@ def test_floor_cases_needed_by_closed_form_and_brute_force() -> None:
     # no failures: 1 - 0.025^(1/N) <= 0.05  <=>  N >= ln 0.025 / ln 0.95 = 71.9
     assert stats.evalgate_floor_cases_needed(0, 10, 0.05, 0.975) == 72
     assert math.ceil(math.log(0.025) / math.log(0.95)) == 72
-    assert stats.evalgate_floor_cases_needed(1, 100, 0.05, 0.975) == _smallest_settling(
-        1, 100, 0.05
-    )
     assert stats.evalgate_floor_cases_needed(0, 0, 0.2, 0.975) == _smallest_settling(0, 1, 0.2)
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "max_rate"), [(1, 100, 0.05), (1, 10, 0.3), (3, 7, 0.6), (0, 3, 0.5)]
+)
+def test_floor_cases_needed_equals_a_linear_search(k: int, n: int, max_rate: float) -> None:
+    assert stats.evalgate_floor_cases_needed(k, n, max_rate, 0.975) == _smallest_settling(
+        k, n, max_rate
+    )
+
+
+def test_floor_cases_needed_is_locally_smallest_where_rounding_breaks_monotonicity() -> None:
+    # At rate 0.1 the bound at round(0.1 N) failures is not monotone in N (33 settles 0.25, 35
+    # does not): bisection finds a settling N whose predecessor does not, not the global first.
+    needed = stats.evalgate_floor_cases_needed(2, 20, 0.25, 0.975)
+    assert needed == 38 and _smallest_settling(2, 20, 0.25) == 33
+
+    def bound(trials: int) -> float:
+        return stats.evalgate_clopper_pearson_upper(round(0.1 * trials), trials, 0.975)
+
+    assert bound(38) <= 0.25 < bound(37)
 
 
 def test_floor_cases_needed_refusals() -> None:
     assert stats.evalgate_floor_cases_needed(5, 100, 0.05, 0.975) is None  # rate == max_rate
     assert stats.evalgate_floor_cases_needed(6, 100, 0.05, 0.975) is None
-    assert stats.evalgate_floor_cases_needed(1, 10, 0.1000001, 0.975) is None  # over 10^9
+    # rate 0.1, 1e-5 below the limit: about 3.5e9 trials, past the 10^9 search limit
+    assert stats.evalgate_floor_cases_needed(1, 10, 0.10001, 0.975) is None
 
 
 # --------------------------------------------------------------------------- percentiles
@@ -265,6 +284,8 @@ def test_percentile_ratio_is_candidate_over_baseline() -> None:
 def test_percentile_ratio_constant_samples_are_exact() -> None:
     estimate, lo, hi, _ = stats.evalgate_percentile_ratio_ci([3.0] * 6, [2.0] * 4, 95, 100, 0, 0.95)
     assert (estimate, lo, hi) == (1.5, 1.5, 1.5)
+    small = stats.evalgate_percentile_ratio_ci([0.5] * 3, [0.25] * 2, 50, 100, 0, 0.95)
+    assert small[:3] == (2.0, 2.0, 2.0)  # a baseline below 1 is still a baseline
 
 
 def test_percentile_ratio_with_a_zero_baseline_is_infinite() -> None:
