@@ -50,23 +50,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The fastest test files that exercise each module (pure unit tests first; no subprocesses).
 DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
-    "pytest_evalgate/stats.py": ("tests/test_stats.py", "tests/test_stats_exact.py"),
-    "pytest_evalgate/gate.py": ("tests/test_gate_rules.py", "tests/test_gate_rules_exact.py"),
+    # exact-value files first: with -x a mutant they kill costs only their run
+    "pytest_evalgate/stats.py": ("tests/test_stats_exact.py", "tests/test_stats.py"),
+    "pytest_evalgate/gate.py": ("tests/test_gate_rules_exact.py", "tests/test_gate_rules.py"),
     "pytest_evalgate/gate_single.py": (
-        "tests/test_gate_rules.py",
         "tests/test_gate_rules_exact.py",
+        "tests/test_gate_rules.py",
     ),
     "pytest_evalgate/gate_judge.py": ("tests/test_judge_pairwise.py", "tests/test_judge_wiring.py"),
-    "pytest_evalgate/aggregate.py": ("tests/test_aggregate.py", "tests/test_aggregate_fields.py"),
+    "pytest_evalgate/aggregate.py": ("tests/test_aggregate_fields.py", "tests/test_aggregate.py"),
     "pytest_evalgate/aggregate_code.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_sandbox_passk.py",
     ),
-    "pytest_evalgate/store/records.py": ("tests/test_records.py", "tests/test_store_exact.py"),
-    "pytest_evalgate/store/reader.py": ("tests/test_store.py", "tests/test_store_exact.py"),
-    "pytest_evalgate/store/writer.py": ("tests/test_store.py", "tests/test_store_exact.py"),
-    "pytest_evalgate/store/generations.py": ("tests/test_store.py", "tests/test_store_exact.py"),
-    "pytest_evalgate/scoring.py": ("tests/test_scoring.py",),
+    "pytest_evalgate/store/records.py": ("tests/test_store_exact.py", "tests/test_records.py"),
+    "pytest_evalgate/store/reader.py": ("tests/test_store_exact.py", "tests/test_store.py"),
+    "pytest_evalgate/store/writer.py": ("tests/test_store_exact.py", "tests/test_store.py"),
+    "pytest_evalgate/store/generations.py": ("tests/test_store_exact.py", "tests/test_store.py"),
+    "pytest_evalgate/scoring.py": ("tests/test_scoring_exact.py", "tests/test_scoring.py"),
     "pytest_evalgate/judge/agreement.py": ("tests/test_judge_agreement.py",),
     "pytest_evalgate/sandbox/passk.py": ("tests/test_sandbox_passk.py",),
 }
@@ -77,7 +78,7 @@ DEFAULT_KEYWORDS = {
 # Imported once in the parent so that each forked child starts warm.
 WARM_IMPORTS = (
     "numpy", "scipy.stats", "scipy.special", "statsmodels.api", "pydantic", "yaml", "pytest",
-    "httpx", "aiohttp", "matplotlib", "cryptography",
+    "boto3", "httpx", "aiohttp", "matplotlib", "cryptography",
 )  # fmt: skip
 EQUIVALENTS_FILE = ROOT / "docs" / "testing.md"
 
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="every mutant, no sampling")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds (default 5x baseline)")
-    parser.add_argument("--nice", type=int, default=10)
+    parser.add_argument("--nice", type=int, default=5)
     parser.add_argument("--survivors", action="store_true", help="print every survivor's ID")
     args = parser.parse_args(argv)
     os.chdir(ROOT)
