@@ -305,6 +305,8 @@ def _run_child(name: str, path: Path, tree: ast.Module | None, tests: list[str])
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     args = [*tests, "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist"]
+    # Plain asserts: rewriting the package's modules in every child cost more than the tests.
+    args += ["--assert=plain", "-p", "no:hypothesispytest"]
     return int(pytest.main(args))
 
 
@@ -359,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=0.0, help="seconds (default 5x baseline)")
     parser.add_argument("--nice", type=int, default=5)
     parser.add_argument("--survivors", action="store_true", help="print every survivor's ID")
+    parser.add_argument(
+        "--compare", nargs="+", help="also score these files alone (the tests before a change)"
+    )
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     os.nice(args.nice)
@@ -369,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     if not tests:
         raise SystemExit(f"mutation: no test files for {relative}; pass --tests")
     keyword = args.keyword if args.keyword is not None else DEFAULT_KEYWORDS.get(relative)
-    tests += ["-k", keyword] if keyword else []
+    args.pytest_extra = ["-k", keyword] if keyword else []
     return _report(path, relative, tests, args)
 
 
@@ -379,31 +384,99 @@ def _report(path: Path, relative: str, tests: list[str], args: argparse.Namespac
     mutants = evalgate_mutants(source)
     sample = mutants if args.all else _sample(mutants, args.max_mutants, args.seed)
     started = time.monotonic()
-    if _fork(name, path, None, tests, 600.0) != "survived":
+    if _fork(name, path, None, tests + args.pytest_extra, 600.0) != "survived":
         raise SystemExit(f"mutation: the tests fail on the unmutated {relative}: {' '.join(tests)}")
     baseline = time.monotonic() - started
     timeout = args.timeout or max(10.0, 5.0 * baseline)
+    runs = _Runs(name, path, source, (tests, list(args.compare or []), args.pytest_extra), timeout)
+    tallies = {label: _Tally() for label in runs.labels()}
     equivalent = _equivalents(relative)
-    counts = {"killed": 0, "survived": 0, "timeout": 0, "equivalent": 0}
-    survivors: list[Mutant] = []
     for number, mutant in enumerate(sample, start=1):
-        outcome = _fork(name, path, evalgate_apply(source, mutant.ordinal), tests, timeout)
-        if outcome == "survived" and mutant.ident in equivalent:
-            outcome = "equivalent"
-        counts[outcome] += 1
-        print(
-            f"[{number}/{len(sample)}] {outcome}: line {mutant.line}", file=sys.stderr, flush=True
-        )
-        if outcome == "survived":
-            survivors.append(mutant)
+        outcomes = runs.evalgate_run(mutant)
+        for label, outcome in outcomes.items():
+            tallies[label].evalgate_add(mutant, outcome, mutant.ident in equivalent)
+        shown = ", ".join(f"{label} {outcome}" for label, outcome in outcomes.items())
+        print(f"[{number}/{len(sample)}] line {mutant.line}: {shown}", file=sys.stderr, flush=True)
     elapsed = time.monotonic() - started
-    _print(relative, tests, len(mutants), sample, args, counts, elapsed, baseline)
-    for mutant in survivors if args.survivors else survivors[:20]:
-        print(f"  survived line {mutant.line}: - `{relative} :: {mutant.ident}`")
+    how = "all" if len(sample) == len(mutants) else f"sampled {len(sample)} with seed {args.seed}"
+    print(
+        f"{relative}: {len(mutants)} mutants, {how}; {elapsed:.0f} s (unmutated {baseline:.1f} s)"
+    )
+    for label, tally in tallies.items():
+        files = runs.files(label)
+        print(f"{label} ({' '.join(files)}): {tally.evalgate_line()}")
+        survivors = tally.survivors if args.survivors else tally.survivors[:20]
+        for mutant in survivors:
+            print(f"  survived line {mutant.line}: - `{relative} :: {mutant.ident}`")
     return 0
 
 
+class _Runs:
+    """Runs one mutant against the test files, and first against ``compare`` (the files as they
+    were before a change) when given: a mutant the old files kill is killed by both, so "before"
+    and "after" cost one pass."""
+
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        source: str,
+        files: tuple[list[str], list[str], list[str]],
+        timeout: float,
+    ) -> None:
+        self.name, self.path, self.source, self.timeout = name, path, source, timeout
+        self.tests, self.compare, self.extra = files
+
+    def labels(self) -> list[str]:
+        return ["before", "after"] if self.compare else ["tests"]
+
+    def files(self, label: str) -> list[str]:
+        if label == "before":
+            return self.compare
+        return self.compare + [t for t in self.tests if t not in self.compare]
+
+    def evalgate_run(self, mutant: Mutant) -> dict[str, str]:
+        tree = evalgate_apply(self.source, mutant.ordinal)
+        if not self.compare:
+            return {"tests": self._fork(tree, self.tests)}
+        old = self._fork(tree, self.compare)
+        if old != "survived":
+            return {"before": old, "after": old}
+        added = [t for t in self.tests if t not in self.compare]
+        return {"before": old, "after": self._fork(tree, added) if added else old}
+
+    def _fork(self, tree: ast.Module, files: list[str]) -> str:
+        return _fork(self.name, self.path, tree, files + self.extra, self.timeout)
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.counts = {"killed": 0, "survived": 0, "timeout": 0, "equivalent": 0}
+        self.survivors: list[Mutant] = []
+
+    def evalgate_add(self, mutant: Mutant, outcome: str, equivalent: bool) -> None:
+        if outcome == "survived" and equivalent:
+            outcome = "equivalent"
+        self.counts[outcome] += 1
+        if outcome == "survived":
+            self.survivors.append(mutant)
+
+    def evalgate_line(self) -> str:
+        counts = self.counts
+        scored = sum(counts.values()) - counts["equivalent"]
+        caught = counts["killed"] + counts["timeout"]
+        score = 100.0 * caught / scored if scored else float("nan")
+        return (
+            f"killed {counts['killed']}, survived {counts['survived']}, timed out"
+            f" {counts['timeout']}, equivalent {counts['equivalent']};"
+            f" score {score:.1f}% ({caught}/{scored})"
+        )
+
+
 def _warm() -> None:
+    # Children share compiled modules through __pycache__ (ignored by git) rather than each
+    # compiling the package from source again; the mutated module never comes from there.
+    sys.dont_write_bytecode = False
     for module in WARM_IMPORTS:
         try:
             __import__(module)
@@ -420,28 +493,6 @@ def _sample(mutants: list[Mutant], size: int, seed: int) -> list[Mutant]:
     if size >= len(mutants):
         return mutants
     return sorted(random.Random(seed).sample(mutants, size), key=lambda m: m.ordinal)
-
-
-def _print(
-    relative: str,
-    tests: list[str],
-    total: int,
-    sample: list[Mutant],
-    args: argparse.Namespace,
-    counts: dict[str, int],
-    elapsed: float,
-    baseline: float,
-) -> None:
-    scored = len(sample) - counts["equivalent"]
-    caught = counts["killed"] + counts["timeout"]
-    score = 100.0 * caught / scored if scored else float("nan")
-    how = "all" if len(sample) == total else f"sampled {len(sample)} with seed {args.seed}"
-    print(f"{relative}: {total} mutants, {how}; tests: {' '.join(tests)}")
-    print(
-        f"killed {counts['killed']}, survived {counts['survived']}, timed out {counts['timeout']},"
-        f" equivalent {counts['equivalent']}; score {score:.1f}% ({caught}/{scored});"
-        f" {elapsed:.0f} s (unmutated run {baseline:.1f} s)"
-    )
 
 
 if __name__ == "__main__":
