@@ -12,6 +12,7 @@ wrong slice, the wrong side or the wrong metric gets a different number.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from scipy import stats as sps
 
 from pytest_evalgate import gate
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
+from pytest_evalgate.errors import EvalgatePolicyError
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
 
@@ -345,6 +347,54 @@ def test_max_rate_on_errors_is_inclusive_at_the_maximum() -> None:
     ).rules
     assert at.passed and at.estimate == 0.03 and at.n_cases == 100
     assert not over.passed and over.reason == "too many errors: 3/100 = 0.0300 > 0.02"
+
+
+# --------------------------------------------------------------------------- policy file
+
+
+RULE_LINES = {
+    "non_inferior": "{slice: all, rule: non_inferior, margin: 0.1",
+    "must_improve": "{slice: all, rule: must_improve, target: 0.0",
+    "no_regression": "{slice: all, rule: no_regression",
+    "floor": "{slice: all, rule: floor, max_rate: 0.1",
+    "perf_ratio": "{metric: ttft_p95, rule: perf_ratio, max_ratio: 1.1",
+    "max_delta": "{metric: error_rate, rule: max_delta, max_delta: 0.01",
+    "pairwise": "{slice: all, rule: pairwise, margin: 0.1",
+    "judge_agreement": "{rule: judge_agreement, min_kappa: 0.4",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RULE_LINES))
+def test_every_rule_kind_refuses_an_unknown_key_and_a_quoted_number(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "gate.yaml"
+    path.write_text(f"version: v\nrules:\n  - {RULE_LINES[kind]}, extra: 1}}\n")
+    with pytest.raises(EvalgatePolicyError) as refused:
+        gate.evalgate_load_policy(path)
+    assert refused.value.key == "rules[0].extra" and refused.value.reason == "unknown key"
+    loaded = RULE_LINES[kind] + "}"
+    path.write_text(f"version: v\nrules:\n  - {loaded}\n")
+    assert gate.evalgate_load_policy(path).rules[0].rule == kind
+    number = loaded.rsplit(": ", 1)
+    if number[1][0].isdigit():  # a threshold: "0.1" as a string is refused, not coerced
+        path.write_text(f"version: v\nrules:\n  - {number[0]}: '{number[1][:-1]}'}}\n")
+        with pytest.raises(EvalgatePolicyError):
+            gate.evalgate_load_policy(path)
+
+
+def test_policy_defaults_equal_the_files_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "gate.yaml"
+    path.write_text("version: v\nrules: [{slice: all, rule: no_regression}]\n")
+    loaded = gate.evalgate_load_policy(path)
+    built = gate.EvalgatePolicy("v", loaded.rules)
+    assert built.to_dict() == loaded.to_dict()
+    assert (built.resamples, built.seed, built.confidence, built.correction) == (
+        10_000,
+        0,
+        0.95,
+        "holm",
+    )
 
 
 # --------------------------------------------------------------------------- verdict

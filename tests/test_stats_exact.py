@@ -85,6 +85,11 @@ def test_clustered_se_by_hand() -> None:
     assert dof == 2
 
 
+def test_clustered_se_of_two_clusters() -> None:
+    # mean 0.5, residual sums +.5 and -.5: var = 2/1 * 0.5 / 2^2 = 0.25
+    assert stats.evalgate_clustered_se([1.0, 0.0], ["a", "b"]) == (0.5, 0.5, 1)
+
+
 def test_clustered_se_of_one_cluster_and_of_nothing() -> None:
     assert stats.evalgate_clustered_se([1.0, 3.0], ["a", "a"])[0] == 2.0
     mean, se, dof = stats.evalgate_clustered_se([], [])
