@@ -11,16 +11,20 @@ wrong slice, the wrong side or the wrong metric gets a different number.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_evalgate import gate
+from pytest_evalgate import gate, stats
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
 
@@ -273,6 +277,25 @@ def test_perf_ratio_is_candidate_over_baseline_per_metric_and_level() -> None:
     assert tokens95.hi == 10.0 and tokens95.passed  # the bound may equal max_ratio
 
 
+def test_perf_too_little_evidence_counts_samples_from_the_log_ratio_spread() -> None:
+    cand = [float(i) for i in range(1, 11)]
+    base = [0.95 * v for v in cand]
+    data = make(WORSE_BETTER, perf={"ttft": (cand, base)})
+    (only,) = gate.evalgate_evaluate(policy(on_metric("perf_ratio", "ttft_p95", 1.1)), data).rules
+    # the documented per-rule seed: [policy seed, first 8 bytes of sha256("perf:<metric>")]
+    key = int.from_bytes(hashlib.sha256(b"perf:ttft_p95").digest()[:8], "big")
+    estimate, lo, hi, boot = stats.evalgate_percentile_ratio_ci(cand, base, 95, 200, [0, key], 0.95)
+    assert (only.estimate, only.lo, only.hi) == (estimate, lo, hi) == (10 / 9.5, lo, hi)
+    assert lo <= 1.1 < hi  # neither a pass nor a regression
+    logs = np.log(boot[np.isfinite(boot) & (boot > 0)])
+    variance = float(np.var(logs)) * 10
+    needed = math.ceil(Z_SUM**2 * variance / (math.log(estimate) - math.log(1.1)) ** 2)
+    assert (
+        only.reason
+        == f"too little evidence: about {max(1, needed - 10)} more samples would settle it"
+    )
+
+
 def test_perf_ratio_without_one_side_is_not_evaluated() -> None:
     perf = {"ttft": ([0.2] * 5, [])}
     (only,) = gate.evalgate_evaluate(
@@ -347,6 +370,54 @@ def test_max_rate_on_errors_is_inclusive_at_the_maximum() -> None:
     ).rules
     assert at.passed and at.estimate == 0.03 and at.n_cases == 100
     assert not over.passed and over.reason == "too many errors: 3/100 = 0.0300 > 0.02"
+
+
+# --------------------------------------------------------------------------- judge rules
+
+JUDGE = {"model": "judge-m", "revision": "j1", "key": "k" * 20}
+
+
+def judged(agreement: object = None) -> GateInput:
+    """alpha: the candidate wins every pair; beta: it loses every pair (4 clusters each)."""
+    n = 8
+    cases = EvalgatePairwiseCases(
+        case_ids=tuple(f"case-{i}" for i in range(n)),
+        categories=np.array(["alpha"] * 4 + ["beta"] * 4),
+        clusters=np.array([f"c{i}" for i in range(n)]),
+        wins=np.array([1.0] * 4 + [0.0] * 4), losses=np.array([0.0] * 4 + [1.0] * 4),
+        ties=np.zeros(n), inconsistent=np.zeros(n), repetitions=np.ones(n, dtype=np.int64),
+    )  # fmt: skip
+    facts = SimpleNamespace(
+        judge=JUDGE, pairwise=cases, agreement=agreement, agreement_reason="no golden set"
+    )
+    return dataclasses.replace(make(WORSE_BETTER), judge=facts)
+
+
+def test_pairwise_reads_its_slice_and_names_the_judge() -> None:
+    alpha, beta = gate.evalgate_evaluate(
+        policy(on_slice("pairwise", "alpha", 0.1), on_slice("pairwise", "beta", 0.5, 1)), judged()
+    ).rules
+    assert (alpha.estimate, alpha.lo, alpha.hi, alpha.threshold) == (1.0, 1.0, 1.0, -0.1)
+    assert alpha.passed and (alpha.n_cases, alpha.n_clusters) == (4, 4)
+    assert alpha.reason == (
+        "passes: net win rate +1.0000, lower bound +1.0000 > -0.1000 "
+        "(judge judge-m (j1, key kkkkkkkkkkkk))"
+    )
+    assert not beta.passed and beta.estimate == -1.0 and beta.threshold == -0.5
+
+
+def test_judge_agreement_passes_on_the_lower_bound_and_blames_the_judge() -> None:
+    rule = gate.EvalgateRule("judge_agreement", 0, metric="kappa", threshold=0.4)
+    good = SimpleNamespace(n=30, kappa=0.7, lo=0.4, hi=0.9)
+    bad = SimpleNamespace(n=30, kappa=0.5, lo=0.3, hi=0.7)
+    (ok,) = gate.evalgate_evaluate(policy(rule), judged(good)).rules
+    (weak,) = gate.evalgate_evaluate(policy(rule), judged(bad)).rules
+    (none,) = gate.evalgate_evaluate(policy(rule), judged(None)).rules
+    assert ok.passed and (ok.estimate, ok.lo, ok.n_cases) == (0.7, 0.4, 30)  # lo == min passes
+    assert not weak.passed and weak.reason.startswith("the judge failed, not the candidate")
+    assert not none.evaluated and none.reason.endswith("no golden set")
+    (plain,) = gate.evalgate_evaluate(policy(rule), make(WORSE_BETTER)).rules
+    assert not plain.evaluated and plain.reason == "not evaluated: the suite has no judged results"
 
 
 # --------------------------------------------------------------------------- policy file
