@@ -23,7 +23,7 @@ from scipy import stats as sps
 
 from pytest_evalgate import gate, stats
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
-from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
@@ -277,23 +277,26 @@ def test_perf_ratio_is_candidate_over_baseline_per_metric_and_level() -> None:
     assert tokens95.hi == 10.0 and tokens95.passed  # the bound may equal max_ratio
 
 
-def test_perf_too_little_evidence_counts_samples_from_the_log_ratio_spread() -> None:
-    cand = [float(i) for i in range(1, 11)]
-    base = [0.95 * v for v in cand]
+@pytest.mark.parametrize(("factor", "max_ratio"), [(1 / 0.95, 1.1), (0.85, 0.9)])
+def test_perf_too_little_evidence_counts_samples_from_the_log_ratio_spread(
+    factor: float, max_ratio: float
+) -> None:
+    base = [float(i) for i in range(1, 11)]
+    cand = [factor * v for v in base]
     data = make(WORSE_BETTER, perf={"ttft": (cand, base)})
-    (only,) = gate.evalgate_evaluate(policy(on_metric("perf_ratio", "ttft_p95", 1.1)), data).rules
+    rules = policy(on_metric("perf_ratio", "ttft_p95", max_ratio))
+    (only,) = gate.evalgate_evaluate(rules, data).rules
     # the documented per-rule seed: [policy seed, first 8 bytes of sha256("perf:<metric>")]
     key = int.from_bytes(hashlib.sha256(b"perf:ttft_p95").digest()[:8], "big")
     estimate, lo, hi, boot = stats.evalgate_percentile_ratio_ci(cand, base, 95, 200, [0, key], 0.95)
-    assert (only.estimate, only.lo, only.hi) == (estimate, lo, hi) == (10 / 9.5, lo, hi)
-    assert lo <= 1.1 < hi  # neither a pass nor a regression
+    assert (only.estimate, only.lo, only.hi) == (estimate, lo, hi)
+    assert estimate == pytest.approx(factor, rel=1e-12)
+    assert lo <= max_ratio < hi  # neither a pass nor a regression
     logs = np.log(boot[np.isfinite(boot) & (boot > 0)])
     variance = float(np.var(logs)) * 10
-    needed = math.ceil(Z_SUM**2 * variance / (math.log(estimate) - math.log(1.1)) ** 2)
-    assert (
-        only.reason
-        == f"too little evidence: about {max(1, needed - 10)} more samples would settle it"
-    )
+    needed = math.ceil(Z_SUM**2 * variance / (math.log(estimate) - math.log(max_ratio)) ** 2)
+    assert needed > 11
+    assert only.reason == f"too little evidence: about {needed - 10} more samples would settle it"
 
 
 def test_perf_ratio_without_one_side_is_not_evaluated() -> None:
@@ -356,6 +359,23 @@ def test_min_rate_passes_fails_and_asks_for_evidence_by_exact_bounds() -> None:
     beta_ci = sps.binomtest(10, 20).proportion_ci(0.95)
     assert beta.estimate == 0.5 and beta.lo == pytest.approx(beta_ci.low, rel=1e-9)
     assert beta.passed is (beta_ci.low >= 0.3)
+
+
+def test_single_model_rules_with_a_zero_threshold_and_without_errors_counted() -> None:
+    data = make(WORSE_BETTER, error_rates={"candidate": (1, 100)})
+    rules = policy(
+        on_metric("max_rate", "error_rate", 0.0),
+        on_slice("min_rate", "alpha", 0.0, 1),
+        baseline=None,
+    )
+    errors, floor = gate.evalgate_evaluate(rules, data).rules
+    assert not errors.passed and errors.threshold == 0.0  # one error in 100 is above 0
+    assert floor.passed and floor.threshold == 0.0  # any pass rate is at least 0
+    empty = make(WORSE_BETTER)
+    (unknown,) = gate.evalgate_evaluate(
+        policy(on_metric("max_rate", "error_rate", 0.5), baseline=None), empty
+    ).rules
+    assert not unknown.evaluated and unknown.reason == "not evaluated: no expected identities"
 
 
 def test_max_rate_on_errors_is_inclusive_at_the_maximum() -> None:
@@ -489,3 +509,13 @@ def test_verdict_and_exit_status_for_each_status(
     results = [gate.EvalgateRuleResult(f"r{i}", "floor", p, "") for i, p in enumerate(passes)]
     assert gate.evalgate_verdict(status, results) == verdict
     assert gate.evalgate_exit_status(verdict, all(passes)) == exit_status
+
+
+def test_unknown_status_and_verdict_name_their_key() -> None:
+    with pytest.raises(EvalgateConfigError) as status:
+        gate.evalgate_verdict("done", [])
+    assert (status.value.source, status.value.key) == ("evalgate_verdict", "status")
+    assert status.value.reason == "unknown status 'done'"
+    with pytest.raises(EvalgateConfigError) as verdict:
+        gate.evalgate_exit_status("ok", True)
+    assert (verdict.value.source, verdict.value.key) == ("evalgate_exit_status", "verdict")

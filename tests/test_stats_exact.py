@@ -212,6 +212,8 @@ def test_floor_cases_needed_by_closed_form_and_brute_force() -> None:
     assert stats.evalgate_floor_cases_needed(0, 10, 0.05, 0.975) == 72
     assert math.ceil(math.log(0.025) / math.log(0.95)) == 72
     assert stats.evalgate_floor_cases_needed(0, 0, 0.2, 0.975) == _smallest_settling(0, 1, 0.2)
+    # one trial already settles a max_rate above 0.975 (the bound of 0 of 1): the answer is 1
+    assert stats.evalgate_floor_cases_needed(0, 1, 0.98, 0.975) == 1
 
 
 @pytest.mark.parametrize(
