@@ -8,6 +8,7 @@ here from the table the records were written from (plain Python), not from the c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,12 @@ import pytest
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate import gate
-from pytest_evalgate.aggregate import EvalgateAggregate, EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.aggregate import (
+    EvalgateAggregate,
+    EvalgateRate,
+    EvalgateSelection,
+    evalgate_aggregate,
+)
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.store import (
     EvalgateLocalStore,
@@ -32,6 +38,7 @@ CASES = [f"alpha-{i:03d}" for i in range(4)] + [f"beta-{i:03d}" for i in range(4
 ERRORED = {("candidate", "alpha-003", 1), ("candidate", "beta-000", 0)}
 MISSING = {("baseline", "beta-003", 1)}
 LEAKED = ("candidate", "beta-001", 1)
+CODE_CASES = Path(__file__).resolve().parent.parent / "suites" / "code" / "cases.jsonl"
 
 
 def passed(side: str, case: int, rep: int) -> bool:
@@ -217,3 +224,76 @@ def test_no_pair_gives_no_gate_input(tmp_path: Path, manifest: EvalgateManifest)
     assert empty.gate_input is not None and empty.gate_input.case_ids == ()
     assert empty.gate_input.candidate_scores.tolist() == []
     assert dict(empty.gate_input.error_rates) == {"candidate": (16, 16), "baseline": (16, 16)}
+
+
+def test_rates_combine_by_denominators_as_spec_section_6_says() -> None:
+    combined = EvalgateRate(9, 10).evalgate_add(EvalgateRate(10, 20))
+    assert combined == EvalgateRate(19, 30) and combined.rate == 19 / 30
+    assert EvalgateRate(0, 0).rate is None and EvalgateRate(0, 4).rate == 0.0
+
+
+def test_a_code_suite_gets_its_sandbox_facts_from_the_records(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in CODE_CASES.read_text().splitlines()[:4]]
+    path = write_suite(
+        tmp_path / "code", dict.fromkeys(SIDES, URL), cases=rows,
+        extra={"evaluator": {"revision": "t1", "scorer": "code"},
+               "sandbox": {"isolation": "none", "timeout_s": 5}},
+    )  # fmt: skip
+    manifest = evalgate_load_manifest(str(path))
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    writer = EvalgateSegmentWriter(store, "shard-0-of-1")
+    case_ids = [row["id"] for row in rows]
+    outcomes = {"candidate": ["passed", "passed", "failed", "timeout"],
+                "baseline": ["passed", "failed", "failed", "failed"]}  # fmt: skip
+    for side in SIDES:
+        prefix = evalgate_candidate_prefix(
+            manifest.suite, manifest.definition_digest, manifest.candidates[side].key
+        )
+        for i, case_id in enumerate(case_ids):
+            if side == "baseline" and i == 3:
+                error = {"category": "sandbox", "status": None, "message": "no sandbox"}
+                writer.evalgate_add(prefix, _code_record(manifest, side, case_id, None, error))
+                continue
+            facts = {"outcome": outcomes[side][i], "isolation": "none", "sandboxed": False,
+                     "start_s": 0.01 * (i + 1), "run_s": 0.1 * (i + 1)}  # fmt: skip
+            writer.evalgate_add(prefix, _code_record(manifest, side, case_id, facts, None))
+    writer.evalgate_commit()
+    result = evalgate_aggregate(store, manifest, EvalgateSelection(SIDES, tuple(case_ids)), SIDES)
+    facts = result.sandbox
+    assert facts is not None
+    assert facts["outcomes"] == {
+        "baseline": {"failed": 2, "passed": 1},
+        "candidate": {"failed": 1, "passed": 2, "timeout": 1},
+    }
+    assert (facts["executions"], facts["sandbox_errors"], facts["unsandboxed_executions"]) == (
+        7,
+        1,
+        7,
+    )
+    assert facts["isolation"] == ["none"] and facts["sandboxed"] is False
+    # nearest rank over 0.01, 0.02, 0.03, 0.04 (candidate) and 0.01, 0.02, 0.03 (baseline)
+    assert facts["start_s"] == {"p50": 0.02, "p95": 0.04}
+    assert facts["run_s"]["p95"] == 0.4
+
+
+def _code_record(
+    manifest: EvalgateManifest, side: str, case_id: str, facts: Any, error: Any
+) -> dict[str, Any]:
+    case = manifest.evalgate_case(case_id)
+    ok = facts is not None and facts["outcome"] == "passed"
+    body: dict[str, Any] = {
+        "identity": {"dataset_revision": manifest.dataset_revision, "case_id": case_id,
+                     "candidate": side, "repetition": 0},
+        "definition_digest": manifest.definition_digest,
+        "candidate_key": manifest.candidates[side].key,
+        "category": case.category, "cluster": case.cluster,
+        "output": None if error else "code", "score": None if error else float(ok),
+        "passed": None if error else ok, "attempts": 1, "error": error,
+        "timing": {"queued_s": 0.0, "ttft_s": 0.01, "tpot_s": 0.001, "e2e_s": 0.02,
+                   "itl_p95_s": None},
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2}, "finish_reason": "stop",
+        "shard": 0, "writer": "w", "started_at": "t0", "finished_at": "t1",
+    }  # fmt: skip
+    if facts is not None:
+        body["sandbox"] = facts
+    return evalgate_seal(body)
