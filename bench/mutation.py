@@ -364,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--compare", nargs="+", help="also score these files alone (the tests before a change)"
     )
+    parser.add_argument(
+        "--rerun", type=Path, help="an earlier run's output: run only its survivors again"
+    )
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     os.nice(args.nice)
@@ -383,6 +386,9 @@ def _report(path: Path, relative: str, tests: list[str], args: argparse.Namespac
     name, source = _module_name(path), path.read_text(encoding="utf-8")
     mutants = evalgate_mutants(source)
     sample = mutants if args.all else _sample(mutants, args.max_mutants, args.seed)
+    previous = _previous(args.rerun, relative) if args.rerun else None
+    if previous is not None:
+        sample = [m for m in sample if (m.line, m.ident) in previous[0]]
     started = time.monotonic()
     if _fork(name, path, None, tests + args.pytest_extra, 600.0) != "survived":
         raise SystemExit(f"mutation: the tests fail on the unmutated {relative}: {' '.join(tests)}")
@@ -408,7 +414,41 @@ def _report(path: Path, relative: str, tests: list[str], args: argparse.Namespac
         survivors = tally.survivors if args.survivors else tally.survivors[:20]
         for mutant in survivors:
             print(f"  survived line {mutant.line}: - `{relative} :: {mutant.ident}`")
+    if previous is not None:
+        _print_rerun(previous, tallies[runs.labels()[-1]], args.rerun)
     return 0
+
+
+_TALLY = re.compile(r"^(?:after|tests) \(.*\): .*score [\d.na]+% \((\d+)/(\d+)\)$")
+_SURVIVOR = re.compile(r"^  survived line (\d+): - `(.+?) :: (.+)`$")
+
+
+def _previous(output: Path, relative: str) -> tuple[set[tuple[int, str]], int, int]:
+    """Survivors (line, ID) and (caught, scored) of the last tally of an earlier run's output."""
+    survivors: set[tuple[int, str]] = set()
+    caught = scored = 0
+    section = False
+    for line in output.read_text(encoding="utf-8").splitlines():
+        if match := _TALLY.match(line):
+            caught, scored, section = int(match[1]), int(match[2]), True
+            survivors = set()
+        elif section and (found := _SURVIVOR.match(line)) and found[2] == relative:
+            survivors.add((int(found[1]), found[3]))
+    return survivors, caught, scored
+
+
+def _print_rerun(
+    previous: tuple[set[tuple[int, str]], int, int], tally: _Tally, output: Path
+) -> None:
+    _, caught, scored = previous
+    now = tally.counts["killed"] + tally.counts["timeout"]
+    scored -= tally.counts["equivalent"]
+    score = 100.0 * (caught + now) / scored if scored else float("nan")
+    print(
+        f"with {output}: {caught} caught before, {now} of its {sum(tally.counts.values())}"
+        f" survivors caught now, {tally.counts['equivalent']} equivalent;"
+        f" score {score:.1f}% ({caught + now}/{scored})"
+    )
 
 
 class _Runs:
