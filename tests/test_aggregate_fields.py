@@ -42,10 +42,11 @@ CODE_CASES = Path(__file__).resolve().parent.parent / "suites" / "code" / "cases
 
 
 def passed(side: str, case: int, rep: int) -> bool:
-    """The table: the candidate fails alpha-001 rep 1 and beta-002; the baseline fails beta-001."""
+    """The table: the candidate fails alpha-001 rep 1 and beta-002; the baseline fails beta-001
+    and alpha-002 rep 0."""
     if side == "candidate":
         return not ((case == 1 and rep == 1) or case == 6)
-    return case != 5
+    return not (case == 5 or (case == 2 and rep == 0))  # alpha-002 scores exactly 0.5
 
 
 def ttft(side: str, case: int, rep: int) -> float:
@@ -223,6 +224,7 @@ def test_no_pair_gives_no_gate_input(tmp_path: Path, manifest: EvalgateManifest)
     empty = evalgate_aggregate(store, manifest, EvalgateSelection(SIDES, tuple(CASES)), SIDES)
     assert empty.gate_input is not None and empty.gate_input.case_ids == ()
     assert empty.gate_input.candidate_scores.tolist() == []
+    assert empty.gate_input.baseline_scores.tolist() == []
     assert dict(empty.gate_input.error_rates) == {"candidate": (16, 16), "baseline": (16, 16)}
 
 
@@ -235,8 +237,8 @@ def test_rates_combine_by_denominators_as_spec_section_6_says() -> None:
 def test_a_code_suite_gets_its_sandbox_facts_from_the_records(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in CODE_CASES.read_text().splitlines()[:4]]
     path = write_suite(
-        tmp_path / "code", dict.fromkeys(SIDES, URL), cases=rows,
-        extra={"evaluator": {"revision": "t1", "scorer": "code"},
+        tmp_path / "code", dict.fromkeys(SIDES, URL), cases=rows, repetitions=2,
+        extra={"evaluator": {"revision": "t1", "scorer": "code", "pass_at_k": 2},
                "sandbox": {"isolation": "none", "timeout_s": 5}},
     )  # fmt: skip
     manifest = evalgate_load_manifest(str(path))
@@ -250,40 +252,49 @@ def test_a_code_suite_gets_its_sandbox_facts_from_the_records(tmp_path: Path) ->
             manifest.suite, manifest.definition_digest, manifest.candidates[side].key
         )
         for i, case_id in enumerate(case_ids):
-            if side == "baseline" and i == 3:
-                error = {"category": "sandbox", "status": None, "message": "no sandbox"}
-                writer.evalgate_add(prefix, _code_record(manifest, side, case_id, None, error))
-                continue
-            facts = {"outcome": outcomes[side][i], "isolation": "none", "sandboxed": False,
-                     "start_s": 0.01 * (i + 1), "run_s": 0.1 * (i + 1)}  # fmt: skip
-            writer.evalgate_add(prefix, _code_record(manifest, side, case_id, facts, None))
+            for rep in range(2):
+                if side == "baseline" and i == 3 and rep == 1:
+                    error = {"category": "sandbox", "status": None, "message": "no sandbox"}
+                    record = _code_record(manifest, side, case_id, None, error, rep)
+                    writer.evalgate_add(prefix, record)
+                    continue
+                # the candidate's case 0 fails its second repetition: pass@2 1.0, mean 0.5
+                outcome = "failed" if (side, i, rep) == ("candidate", 0, 1) else outcomes[side][i]
+                facts = {"outcome": outcome, "isolation": "none", "sandboxed": False,
+                         "start_s": 0.01 * (i + 1), "run_s": 0.1 * (i + 1)}  # fmt: skip
+                writer.evalgate_add(prefix, _code_record(manifest, side, case_id, facts, None, rep))
     writer.evalgate_commit()
     result = evalgate_aggregate(store, manifest, EvalgateSelection(SIDES, tuple(case_ids)), SIDES)
     facts = result.sandbox
-    assert facts is not None
+    assert facts is not None and result.canary_hits == 0 and result.canary_identities == []
     assert facts["outcomes"] == {
-        "baseline": {"failed": 2, "passed": 1},
-        "candidate": {"failed": 1, "passed": 2, "timeout": 1},
+        "baseline": {"failed": 5, "passed": 2},
+        "candidate": {"failed": 3, "passed": 3, "timeout": 2},
     }
     assert (facts["executions"], facts["sandbox_errors"], facts["unsandboxed_executions"]) == (
-        7,
+        15,
         1,
-        7,
+        15,
     )
     assert facts["isolation"] == ["none"] and facts["sandboxed"] is False
-    # nearest rank over 0.01, 0.02, 0.03, 0.04 (candidate) and 0.01, 0.02, 0.03 (baseline)
-    assert facts["start_s"] == {"p50": 0.02, "p95": 0.04}
+    assert facts["pass_at_k"] == 2
+    # nearest rank over 0.01..0.04 twice (candidate) and 0.01..0.03 twice, 0.04 once (baseline)
+    assert facts["start_s"] == {"p50": 0.02, "p95": 0.04}  # the 8th and 15th of 15
     assert facts["run_s"]["p95"] == 0.4
+    data = result.gate_input
+    assert data is not None and data.case_ids == tuple(case_ids[:3])  # case 3 is unpaired
+    assert data.candidate_scores.tolist() == [1.0, 1.0, 0.0]  # pass@2, not the mean 0.5
+    assert data.baseline_scores.tolist() == [1.0, 0.0, 0.0]
 
 
 def _code_record(
-    manifest: EvalgateManifest, side: str, case_id: str, facts: Any, error: Any
+    manifest: EvalgateManifest, side: str, case_id: str, facts: Any, error: Any, rep: int
 ) -> dict[str, Any]:
     case = manifest.evalgate_case(case_id)
     ok = facts is not None and facts["outcome"] == "passed"
     body: dict[str, Any] = {
         "identity": {"dataset_revision": manifest.dataset_revision, "case_id": case_id,
-                     "candidate": side, "repetition": 0},
+                     "candidate": side, "repetition": rep},
         "definition_digest": manifest.definition_digest,
         "candidate_key": manifest.candidates[side].key,
         "category": case.category, "cluster": case.cluster,
