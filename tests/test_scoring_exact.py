@@ -89,6 +89,13 @@ def test_regex_strips_the_output_and_search_finds_inside() -> None:
     assert search("x 42 y", r"\d+") == 1.0 and search("x y", r"\d+") == 0.0
 
 
+def test_a_bad_regex_option_names_file_and_key() -> None:
+    with pytest.raises(EvalgateConfigError) as refused:
+        evalgate_make_scorer("regex", {"search": "yes"}, {}, "suite/evalgate.yaml")
+    assert (refused.value.source, refused.value.key) == ("suite/evalgate.yaml", "evaluator.scorer")
+    assert refused.value.reason == "regex option search must be a bool, not 'yes'"
+
+
 def test_user_scores_at_the_interval_ends_are_accepted() -> None:
     extra = {"lo": lambda o, t: 0.0, "hi": lambda o, t: 1, "no": lambda o, t: False}
     assert evalgate_make_scorer("lo", {}, extra)("a", "b") == 0.0

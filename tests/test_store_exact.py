@@ -32,6 +32,7 @@ from pytest_evalgate.store.records import (
     EVALGATE_RECORD_FIELDS,
     evalgate_checksum_ok,
     evalgate_has_fields,
+    evalgate_record,
 )
 
 DIGEST = "e" * 64
@@ -229,3 +230,32 @@ def test_checksum_on_canonical_and_on_relaid_lines() -> None:
     assert evalgate_checksum_ok(relaid, json.loads(relaid))
     forged = {**sealed, "checksum": "0" * 64}
     assert not evalgate_checksum_ok(evalgate_canonical_json(forged), forged)
+
+
+def test_a_code_record_copies_exactly_the_sandbox_facts_of_the_schema() -> None:
+    facts = {"outcome": "tests_failed", "message": "1 of 4 failed", "exit_status": 1,
+             "start_s": 0.012, "run_s": 0.25, "isolation": "bwrap", "sandboxed": True,
+             "stdout": "model-written output stays out"}  # fmt: skip
+    outcome: Any = {
+        "output": "def f(): ...", "finish_reason": "stop", "attempts": 1, "error": None,
+        "timing": {"queued_s": 0.0, "ttft_s": 0.01, "tpot_s": 0.001, "e2e_s": 0.02,
+                   "itl_p95_s": None, "extra": 1},
+        "usage": {"prompt_tokens": 5, "completion_tokens": 9}, "started_at": "t0",
+        "finished_at": "t1", "sandbox": facts,
+    }  # fmt: skip
+    identity = EvalgateIdentity(REVISION, "c1", "cand", 1)
+    made = evalgate_record(
+        identity, outcome, lambda output: (0.0, False), definition_digest=DIGEST,
+        candidate_key=KEY, category="code", cluster="k", shard=2, writer="w9",
+    )  # fmt: skip
+    assert made["sandbox"] == {k: v for k, v in facts.items() if k != "stdout"}
+    assert set(made["timing"]) == {"queued_s", "ttft_s", "tpot_s", "e2e_s", "itl_p95_s"}
+    assert (made["score"], made["passed"], made["shard"], made["writer"]) == (0.0, False, 2, "w9")
+    assert made["identity"]["repetition"] == 1
+    assert evalgate_checksum_ok(line(made), made)
+    plain = evalgate_record(
+        identity, {**outcome, "sandbox": None}, lambda output: (1.0, True),
+        definition_digest=DIGEST, candidate_key=KEY, category="code", cluster="k", shard=2,
+        writer="w9",
+    )  # fmt: skip
+    assert "sandbox" not in plain and plain["passed"] is True
