@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from assertkit import evalgate_decided_exit, evalgate_wait_idle
+from assertkit import (
+    evalgate_decided_exit,
+    evalgate_descendants,
+    evalgate_wait_gone,
+    evalgate_wait_idle,
+)
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
@@ -185,10 +190,13 @@ def journaled(store: Path) -> set[str]:
 
 def kill(rig: Rig, process: subprocess.Popen[bytes], victim: int, pause: float = 0.0) -> Kill:
     in_flight = int(rig.server.stats()["in_flight"])
+    below = evalgate_descendants(victim)  # its runner child, which journals until it exits
     at = time.time()
     os.kill(victim, signal.SIGKILL)
     if victim == process.pid:
         process.wait(RUN_TIMEOUT_S)
+    evalgate_wait_gone(below)  # the child's last journal lines are written
+    if victim == process.pid:
         # requests already on the wire reach the log (a killed worker's siblings keep sending,
         # so only a whole run's end makes the simulator idle; those tests re-read the log)
         evalgate_wait_idle(rig.server)

@@ -96,6 +96,24 @@ def test_a_bad_regex_option_names_file_and_key() -> None:
     assert refused.value.reason == "regex option search must be a bool, not 'yes'"
 
 
+def test_the_gap_is_exact_across_far_apart_exponents() -> None:
+    # 1e3 - 0.001 = 999.999 needs 7 digits; a context of 1 + 0 + 2 would round it to 1.00E+3
+    scorer = evalgate_make_scorer("numeric", {"tolerance": 999.9995}, {})
+    assert scorer("1e3", "0.001") == 1.0 and scorer("0.001", "1e3") == 1.0
+    assert scorer("1e3", "0.0001") == 0.0  # 999.9999 is past the tolerance
+
+
+def test_bad_numeric_and_python_scorers_name_file_and_key() -> None:
+    with pytest.raises(EvalgateConfigError) as tolerance:
+        evalgate_make_scorer("numeric", {"tolerance": -1}, {}, "s.yaml")
+    assert (tolerance.value.source, tolerance.value.key) == ("s.yaml", "evaluator.scorer")
+    assert tolerance.value.reason == "numeric option tolerance must be >= 0, not -1"
+    with pytest.raises(EvalgateConfigError) as module:
+        evalgate_make_scorer("python:no_such_module_here:fn", {}, {}, "s.yaml")
+    assert (module.value.source, module.value.key) == ("s.yaml", "evaluator.scorer")
+    assert module.value.reason.startswith("cannot import module 'no_such_module_here'")
+
+
 def test_user_scores_at_the_interval_ends_are_accepted() -> None:
     extra = {"lo": lambda o, t: 0.0, "hi": lambda o, t: 1, "no": lambda o, t: False}
     assert evalgate_make_scorer("lo", {}, extra)("a", "b") == 0.0
