@@ -67,8 +67,14 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
     "pytest_evalgate/store/writer.py": ("tests/test_store_exact.py", "tests/test_store.py"),
     "pytest_evalgate/store/generations.py": ("tests/test_store_exact.py", "tests/test_store.py"),
     "pytest_evalgate/scoring.py": ("tests/test_scoring_exact.py", "tests/test_scoring.py"),
-    "pytest_evalgate/judge/agreement.py": ("tests/test_judge_agreement.py",),
-    "pytest_evalgate/sandbox/passk.py": ("tests/test_sandbox_passk.py",),
+    "pytest_evalgate/judge/agreement.py": (
+        "tests/test_judge_sandbox_exact.py",
+        "tests/test_judge_agreement.py",
+    ),
+    "pytest_evalgate/sandbox/passk.py": (
+        "tests/test_judge_sandbox_exact.py",
+        "tests/test_sandbox_passk.py",
+    ),
 }
 # The store's tests run on both backends; the S3 half starts a server per test, so it is left out.
 DEFAULT_KEYWORDS = {
