@@ -51,12 +51,21 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
     # exact-value files first: with -x a mutant they kill costs only their run
     "pytest_evalgate/stats.py": ("tests/test_stats_exact.py", "tests/test_stats.py"),
-    "pytest_evalgate/gate.py": ("tests/test_gate_rules_exact.py", "tests/test_gate_rules.py"),
+    "pytest_evalgate/gate.py": (
+        "tests/test_gate_rules_exact.py",
+        "tests/test_gate_more_exact.py",
+        "tests/test_gate_rules.py",
+    ),
     "pytest_evalgate/gate_single.py": (
+        "tests/test_gate_more_exact.py",
         "tests/test_gate_rules_exact.py",
         "tests/test_gate_rules.py",
     ),
-    "pytest_evalgate/gate_judge.py": ("tests/test_judge_pairwise.py", "tests/test_judge_wiring.py"),
+    "pytest_evalgate/gate_judge.py": (
+        "tests/test_gate_more_exact.py",
+        "tests/test_judge_pairwise.py",
+        "tests/test_judge_wiring.py",
+    ),
     "pytest_evalgate/aggregate.py": ("tests/test_aggregate_fields.py", "tests/test_aggregate.py"),
     "pytest_evalgate/aggregate_code.py": (
         "tests/test_aggregate_fields.py",
