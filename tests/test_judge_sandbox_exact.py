@@ -10,7 +10,12 @@ import math
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.judge.agreement import evalgate_agreement
+from pytest_evalgate.judge.agreement import (
+    EvalgateGoldenPointwise,
+    evalgate_agreement,
+    evalgate_pointwise_agreement,
+)
+from pytest_evalgate.judge.spec import EvalgateJudgeScale
 from pytest_evalgate.sandbox.passk import evalgate_case_pass_at_k, evalgate_pass_at_k
 
 
@@ -56,3 +61,17 @@ def test_agreement_defaults_are_seed_0_and_10000_resamples() -> None:
     assert default == explicit and default.resamples == 10_000
     other = evalgate_agreement(human, judge, [1, 2, 3], weights="quadratic", seed=1)
     assert (other.lo, other.hi) != (default.lo, default.hi)  # the seed matters, so 0 is pinned
+
+
+def test_pointwise_agreement_defaults_are_seed_0_and_10000_resamples() -> None:
+    scale = EvalgateJudgeScale(1, 5, 4)
+    labels = [1, 2, 5, 4, 3, 5, 1, 2, 4, 5]
+    golden = [
+        EvalgateGoldenPointwise(f"case-{i // 2}", f"answer {i}", label, i + 1)
+        for i, label in enumerate(labels)
+    ]
+    scores = [1.0, 3.0, 5.0, 4.0, 3.0, 4.0, 1.0, 2.0, 5.0, 5.0]
+    default = evalgate_pointwise_agreement(golden, scores, scale)
+    assert default == evalgate_pointwise_agreement(golden, scores, scale, seed=0, resamples=10_000)
+    other = evalgate_pointwise_agreement(golden, scores, scale, seed=1)
+    assert (other.lo, other.hi) != (default.lo, default.hi)
