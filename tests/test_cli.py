@@ -197,7 +197,7 @@ def test_the_wrapper_returns_the_verdict_status(capsys: Capsys) -> None:
     assert capsys.readouterr() == ("passed\nfailed\nundecided\n", "")
 
 
-def _gated_suite(pytester: pytest.Pytester, name: str, candidate: float) -> Path:
+def _gated_suite(pytester: pytest.Pytester, name: str, candidate: float, status: int) -> Path:
     suite = write_suite(
         pytester.path / name,
         {
@@ -209,7 +209,7 @@ def _gated_suite(pytester: pytest.Pytester, name: str, candidate: float) -> Path
     ).parent
     store = pytester.path / f"{name}-store"
     result = pytester.runpytest("--evalgate", str(suite), f"--evalgate-store={store}", "-q")
-    assert result.ret in (0, 1), result.stdout.str()
+    assert result.ret == status, result.stdout.str()  # the run's verdict is the gate's below
     return suite
 
 
@@ -225,7 +225,7 @@ def test_gate_and_verify_exit_by_verdict(
     pytester: pytest.Pytester, keys: Path, capsys: Capsys
 ) -> None:
     for name, accuracy, verdict, status in (("good", 1.0, "PASS", 0), ("bad", 0.5, "FAIL", 1)):
-        suite = _gated_suite(pytester, name, accuracy)
+        suite = _gated_suite(pytester, name, accuracy, status)
         capsys.readouterr()
         report = pytester.path / f"{name}-report"
         argv = ["gate", str(suite), "--store", str(pytester.path / f"{name}-store")]

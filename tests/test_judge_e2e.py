@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from assertkit import evalgate_decided_exit
 from judgekit import (
     decision,
     judgment_counts,
@@ -51,7 +52,7 @@ def test_pointwise_judges_each_answer_once_and_a_rerun_requests_nothing(tmp_path
     path, store, log = _suite(tmp_path)
     report = tmp_path / "report"
     done = run_pytest(path.parent, store, log, f"--evalgate-report={report}")
-    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert done.returncode == evalgate_decided_exit(done.stdout), done.stderr
     answers, judged = split(requests(log))
     assert len(answers) == 2 * CASES and len(set(answers)) == 2 * CASES
     assert len(judged) == 2 * CASES + GOLDEN_POINTWISE
@@ -118,13 +119,15 @@ def test_changing_only_the_judge_revision_rejudges_without_candidate_requests(
     tmp_path: Path, mode: str, per_answer: int
 ) -> None:
     path, store, log = _suite(tmp_path, mode=mode, golden=False)
-    assert run_pytest(path.parent, store, log).returncode in (0, 1)
+    ran = run_pytest(path.parent, store, log)
+    assert ran.returncode == evalgate_decided_exit(ran.stdout)
     first = requests(log)
     answers, judged = split(first)
     assert len(answers) == 2 * CASES
     assert len(judged) == 2 * CASES  # pointwise: 1 per answer; pairwise: 2 per pair
     set_judge(path, revision="judge-prompt-v2")
-    assert run_pytest(path.parent, store, log).returncode in (0, 1)
+    again = run_pytest(path.parent, store, log)
+    assert again.returncode == evalgate_decided_exit(again.stdout) == ran.returncode
     again_answers, again_judged = split(requests(log)[len(first) :])
     assert again_answers == []  # zero requests to either candidate endpoint
     stored_answers = 2 * CASES
@@ -137,7 +140,8 @@ def test_changing_only_the_judge_revision_rejudges_without_candidate_requests(
 
 def test_evalgate_rejudge_needs_no_candidate_endpoint(tmp_path: Path) -> None:
     path, store, log = _suite(tmp_path, mode="pairwise")
-    assert run_pytest(path.parent, store, log).returncode in (0, 1)
+    first = run_pytest(path.parent, store, log)
+    assert first.returncode == evalgate_decided_exit(first.stdout)
     set_judge(path, revision="judge-prompt-v3")
     gated = run_cli("gate", str(path.parent), "--store", str(store), cwd=tmp_path)
     assert gated.returncode == 1  # nothing judged under the new key: incomplete, never mixed
@@ -153,7 +157,8 @@ def test_evalgate_rejudge_needs_no_candidate_endpoint(tmp_path: Path) -> None:
     assert len(judged) == 2 * CASES + GOLDEN_PAIRWISE  # two per pair, one per golden row
     assert "judge requests 80, judgments reused 0" in done.stdout
     before = len(requests(log))
-    assert run_pytest(path.parent, store, log).returncode in (0, 1)
+    last = run_pytest(path.parent, store, log)
+    assert last.returncode == evalgate_decided_exit(last.stdout)
     assert len(requests(log)) == before  # the next run finds every judgment stored
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from assertkit import evalgate_decision_exit
 from reportkit import failing_decision, sample_decision, with_facts
 from suitekit import make_cases, write_suite
 
@@ -287,7 +288,8 @@ def _real_report(pytester: pytest.Pytester) -> Path:
     )  # fmt: skip
     result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider", "-q",
                                 "--evalgate-report=rep")  # fmt: skip
-    assert result.ret in (0, 1)
+    decision = json.loads((pytester.path / "rep" / "decision.json").read_text())
+    assert result.ret == evalgate_decision_exit(decision), result.stdout.str()[-3000:]
     return pytester.path / "rep"
 
 

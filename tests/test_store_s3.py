@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from assertkit import evalgate_decided_exit
 from seaweedkit import EvalgateSeaweed, _free_ports
 from suitekit import write_suite
 from test_store import EXPECT, PREFIX, record
@@ -248,7 +249,7 @@ def test_evalgate_gate_reads_an_s3_store_and_names_a_broken_one(
         [*argv, f"--evalgate-store={location}"],
         cwd=tmp_path, env=_bad_env(seaweed), capture_output=True, timeout=120,
     )  # fmt: skip
-    assert ran.returncode in (0, 1), ran.stdout.decode()[-3000:]
+    assert ran.returncode == evalgate_decided_exit(ran.stdout.decode()), ran.stderr.decode()[-3000:]
     gate = [sys.executable, "-m", "pytest_evalgate.cli", "gate", str(suite), "--store", location]
     gate += ["--report", str(tmp_path / "rep")]
     good = subprocess.run(gate, env=_bad_env(seaweed), capture_output=True, timeout=120)
