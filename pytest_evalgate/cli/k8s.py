@@ -9,9 +9,12 @@ image exit 4 before anything is submitted.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalgate.cli.command import EvalgateCommand
+
+if TYPE_CHECKING:
+    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
 
 
 def evalgate_k8s_commands() -> tuple[EvalgateCommand, ...]:
@@ -35,7 +38,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
             help="sidecar weights from this read-only PVC (filled by a digest-checking Job) "
             "instead of the pins.weights_image image volume",
         )
-        _s3_arguments(command)
+        evalgate_s3_arguments(command)
     run = sub.choices["run"]
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     run.add_argument("--context", help="kubeconfig context")
@@ -43,7 +46,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--timeout", type=float, default=24 * 3600.0, help="seconds for both Jobs")
 
 
-def _s3_arguments(command: argparse.ArgumentParser) -> None:
+def evalgate_s3_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--store", help="s3://bucket/prefix: an S3 store instead of the PVC")
     command.add_argument("--store-endpoint", help="AWS_ENDPOINT_URL of the pods (not a secret)")
     command.add_argument("--store-region", help="AWS_REGION of the pods")
@@ -94,9 +97,16 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _on_store(objects: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions, evalgate_s3_store_objects
+    from pytest_evalgate.k8s_store import evalgate_s3_store_objects
 
-    options = EvalgateS3RenderOptions(
+    return evalgate_s3_store_objects(objects, evalgate_s3_render_options(args))
+
+
+def evalgate_s3_render_options(args: argparse.Namespace) -> EvalgateS3RenderOptions:
+    """The S3 store options of a render command (``evalgateevalgate_s3_arguments``) as one value."""
+    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
+
+    return EvalgateS3RenderOptions(
         store=args.store,
         endpoint=args.store_endpoint,
         region=args.store_region,
@@ -104,4 +114,3 @@ def _on_store(objects: list[dict[str, Any]], args: argparse.Namespace) -> list[d
         workload_identity=args.workload_identity,
         egress_cidr=args.store_egress_cidr,
     )
-    return evalgate_s3_store_objects(objects, options)

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from pytest_evalgate.cli.command import EvalgateCommand
-from pytest_evalgate.cli.k8s import _s3_arguments
+from pytest_evalgate.cli.k8s import evalgate_s3_arguments, evalgate_s3_render_options
 
 
 def evalgate_polyaxon_commands() -> tuple[EvalgateCommand, ...]:
@@ -41,7 +41,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     render.add_argument("--out", default="polyaxon", help="folder to write (default: polyaxon)")
     render.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
     render.add_argument("--max-retries", type=int, default=3, help="retries of one shard")
-    _s3_arguments(render)
+    evalgate_s3_arguments(render)
     check = sub.add_parser("check", help="check polyaxonfiles: undefined {{ names }}, params")
     check.add_argument("paths", nargs="+", help="polyaxonfiles, or folders of *.yaml")
 
@@ -63,7 +63,6 @@ def _run(args: argparse.Namespace) -> bool:
 
 
 def _render(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
     from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
     from pytest_evalgate.shard import evalgate_manifest_plan
@@ -71,16 +70,7 @@ def _render(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     shards = manifest.shards if args.shards is None else args.shards
     evalgate_manifest_plan(manifest, shards)  # a plan for another N would fail every worker
-    s3 = None
-    if args.store:
-        s3 = EvalgateS3RenderOptions(
-            store=args.store,
-            endpoint=args.store_endpoint,
-            region=args.store_region,
-            credentials_secret=args.store_secret,
-            workload_identity=args.workload_identity,
-            egress_cidr=args.store_egress_cidr,
-        )
+    s3 = evalgate_s3_render_options(args) if args.store else None
     options = EvalgatePolyaxonOptions(
         suite_path=args.suite.rstrip("/"),
         s3=s3,
