@@ -260,7 +260,9 @@ def test_a_code_suite_gets_its_sandbox_facts_from_the_records(tmp_path: Path) ->
                     continue
                 # the candidate's case 0 fails its second repetition: pass@2 1.0, mean 0.5
                 outcome = "failed" if (side, i, rep) == ("candidate", 0, 1) else outcomes[side][i]
-                facts = {"outcome": outcome, "isolation": "none", "sandboxed": False,
+                # every member a real record's sandbox facts hold (store.recordcheck)
+                facts = {"outcome": outcome, "message": "", "exit_status": 0,
+                         "isolation": "none", "sandboxed": False,
                          "start_s": 0.01 * (i + 1), "run_s": 0.1 * (i + 1)}  # fmt: skip
                 writer.evalgate_add(prefix, _code_record(manifest, side, case_id, facts, None, rep))
     writer.evalgate_commit()
