@@ -117,6 +117,13 @@ class EvalgateAggregate:
     sandbox: dict[str, Any] | None = None  # scorer: code (aggregate_code.py)
 
 
+def evalgate_column_path(manifest: EvalgateManifest) -> bool:
+    """Whether aggregation streams ``manifest``'s store into columns: suites without a judge
+    and without ``scorer: code`` (the judge overlay and the sandbox facts need whole records).
+    The tests run the aggregation tests over both paths by replacing this function."""
+    return manifest.judged is None and manifest.sandbox is None
+
+
 def evalgate_aggregate(
     backend: EvalgateStoreBackend,
     manifest: EvalgateManifest,
@@ -130,7 +137,7 @@ def evalgate_aggregate(
     (``aggregate_table``); the others read records whole (the judge overlay and the sandbox
     facts need them). Both give the same aggregate.
     """
-    if manifest.judged is None and manifest.sandbox is None:
+    if evalgate_column_path(manifest):
         return _aggregate_columns(backend, manifest, selection, pair)
     views = {name: _read(backend, manifest, name) for name in selection.candidates}
     views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aggregatekit import aggregation_path  # noqa: F401 (autouse: both paths)
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate

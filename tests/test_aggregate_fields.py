@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from aggregatekit import aggregation_path  # noqa: F401 (autouse: both paths)
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate import gate
