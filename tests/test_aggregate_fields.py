@@ -311,3 +311,42 @@ def _code_record(
     if facts is not None:
         body["sandbox"] = facts
     return evalgate_seal(body)
+
+
+def test_error_rates_are_keyed_by_role_whatever_the_candidates_are_called(tmp_path: Path) -> None:
+    # Names that are not the role names: a swap of role and name cannot pass unnoticed.
+    names = ("new-weights", "old-weights")
+    cases = make_cases(["alpha"], 4)
+    path = write_suite(tmp_path / "s", dict.fromkeys(names, URL), cases=cases, repetitions=1)
+    named = evalgate_load_manifest(str(path))
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    writer = EvalgateSegmentWriter(store, "shard-0-of-1")
+    failing = {("new-weights", 0), ("new-weights", 1), ("old-weights", 3)}
+    for name in names:
+        key = named.candidates[name].key
+        for index, case in enumerate(named.cases):
+            body: dict[str, Any] = {
+                "identity": {"dataset_revision": named.dataset_revision, "case_id": case.case_id,
+                             "candidate": name, "repetition": 0},
+                "definition_digest": named.definition_digest, "candidate_key": key,
+                "category": case.category, "cluster": case.cluster, "output": case.target,
+                "score": 1.0, "passed": True, "attempts": 1, "error": None,
+                "timing": {"queued_s": 0.0, "ttft_s": 0.1, "tpot_s": 0.01, "e2e_s": 0.2,
+                           "itl_p95_s": None},
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "finish_reason": "stop",
+                "shard": 0, "writer": "w", "started_at": "t0", "finished_at": "t1",
+            }  # fmt: skip
+            if (name, index) in failing:
+                error = {"category": "timeout", "status": None, "message": "read timeout"}
+                body.update(output=None, score=None, passed=None, error=error)
+            prefix = evalgate_candidate_prefix(named.suite, named.definition_digest, key)
+            writer.evalgate_add(prefix, evalgate_seal(body))
+    writer.evalgate_commit()
+    ids = tuple(case.case_id for case in named.cases)
+    forward = evalgate_aggregate(store, named, EvalgateSelection(names, ids), names)
+    assert forward.gate_input is not None
+    assert dict(forward.gate_input.error_rates) == {"candidate": (2, 4), "baseline": (1, 4)}
+    assert forward.gate_input.case_ids == (ids[2],)  # paired: neither side errored
+    backward = evalgate_aggregate(store, named, EvalgateSelection(names, ids), names[::-1])
+    assert backward.gate_input is not None
+    assert dict(backward.gate_input.error_rates) == {"candidate": (1, 4), "baseline": (2, 4)}
