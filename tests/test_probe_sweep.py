@@ -59,10 +59,13 @@ def test_the_knee_of_a_16_slot_server_is_found_within_12_to_24(tmp_path: Path) -
     assert 12 <= budget <= 24, done.stdout
     assert any(line.startswith(f"knee: {budget} (") for line in lines), done.stdout
     rows = _rows(done.stdout)
-    # the doublings in order (the plateau 32 -> 48 ends them), then at most 4 midpoints between
-    # the unsaturated 8 and the saturated 32
-    assert [c for c, _, _ in rows[:7]] == [1, 2, 4, 8, 16, 32, 48], done.stdout
-    refined = [c for c, _, _ in rows[7:]]
+    # the doublings in order until the plateau ends them (16 -> 32 already adds latency but
+    # little throughput when the client turns answers around fast; else 32 -> 48 does), then
+    # at most 4 midpoints between the unsaturated 8 and the saturated 32
+    levels = [c for c, _, _ in rows]
+    doubled = 7 if levels[:7] == [1, 2, 4, 8, 16, 32, 48] else 6
+    assert levels[:doubled] == [1, 2, 4, 8, 16, 32, 48][:doubled], done.stdout
+    refined = levels[doubled:]
     assert all(8 < c < 32 and c != 16 for c in refined) and len(refined) <= 4, done.stdout
     assert all(requests == 8 * c and errors == 0 for c, requests, errors in rows)
     # only this URL, each request once, one attempt each: what the rows say was sent

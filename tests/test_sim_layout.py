@@ -17,7 +17,8 @@ PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
 ORDER = (
     "knobs", "draws", "canary", "answers", "code_style", "judge_style", "styles", "plan",
-    "faults", "responses", "protocol", "slots", "app", "server", "spec", "process", "__main__",
+    "faults", "responses", "protocol", "misbehave", "slots", "app", "server", "spec", "process",
+    "__main__",
 )  # fmt: skip
 HTTP_LAYER = ("responses", "protocol", "app")
 # The simulated judge's decisions are the judge package's pure core (docs/judges.md); only the

@@ -235,8 +235,11 @@ def test_support_gate_quality_rules_pass_on_the_simulator() -> None:
         "perf_ratio[ttft_p95]",
     ]
     assert not any(rule.evaluated for rule in result.rules if rule.rule == "perf_ratio")
-    # non_inferior all + 6, no_regression "*" over the 6 categories, floor, 3 perf, max_delta
-    assert len(result.rules) == 7 + len(CATEGORIES) + 1 + 3 + 1
+    # non_inferior all + 6, no_regression "*" over the 6 categories, floor, public_private_gap,
+    # 3 perf, max_delta
+    assert len(result.rules) == 7 + len(CATEGORIES) + 1 + 1 + 3 + 1
+    [gap] = [rule for rule in result.rules if rule.rule == "public_private_gap"]
+    assert gap.passed and gap.name == "public_private_gap[reasoning]"
     assert (
         evalgate_verdict("complete", [r for r in result.rules if r.rule != "perf_ratio"]) == "pass"
     )
