@@ -66,7 +66,21 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_judge_pairwise.py",
         "tests/test_judge_wiring.py",
     ),
-    "pytest_evalgate/aggregate.py": ("tests/test_aggregate_fields.py", "tests/test_aggregate.py"),
+    "pytest_evalgate/aggregate.py": (
+        "tests/test_aggregate_fields.py",
+        "tests/test_aggregate.py",
+        "tests/test_aggregate_golden.py",
+    ),
+    "pytest_evalgate/aggregate_table.py": (
+        "tests/test_aggregate_fields.py",
+        "tests/test_aggregate_golden.py",
+        "tests/test_aggregate.py",
+    ),
+    "pytest_evalgate/store/table.py": (
+        "tests/test_aggregate_golden.py",
+        "tests/test_aggregate_fields.py",
+        "tests/test_aggregate_memory.py",
+    ),
     "pytest_evalgate/aggregate_code.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_sandbox_passk.py",
