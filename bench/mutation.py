@@ -77,6 +77,7 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_aggregate.py",
     ),
     "pytest_evalgate/store/table.py": (
+        "tests/test_store_table.py",
         "tests/test_aggregate_golden.py",
         "tests/test_aggregate_fields.py",
         "tests/test_aggregate_memory.py",
