@@ -9,13 +9,9 @@ the manifest names; keys never enter files.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
-from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.endpoint_url import evalgate_check_base_url
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.manifest import (
@@ -24,11 +20,8 @@ from pytest_evalgate.manifest import (
     evalgate_base_url_env,
     evalgate_base_url_override,
 )
-from pytest_evalgate.simulated import (
-    evalgate_parse_simulated_url,
-    evalgate_spawn_simulator,
-    evalgate_write_answer_key,
-)
+from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_write_answer_key
+from pytest_evalgate.simulator_pool import EvalgateSimulatorPool, evalgate_env_key
 
 EVALGATE_SIMULATED_SCHEME = "simulated://"
 
@@ -66,9 +59,7 @@ class EvalgateEndpointPool:
     """Builds endpoints for candidates and owns the simulators it spawned."""
 
     def __init__(self, request_log: str | None = None) -> None:
-        self._request_log = request_log
-        self._simulators: dict[tuple[str, str], Any] = {}
-        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        self._pool = EvalgateSimulatorPool(request_log, "evalgate-sim-")
 
     def evalgate_endpoint(
         self, manifest: EvalgateManifest, candidate: EvalgateCandidate, replica: int
@@ -92,39 +83,17 @@ class EvalgateEndpointPool:
 
     def evalgate_close(self) -> None:
         """Stop every simulator this pool started."""
-        for simulator in self._simulators.values():
-            simulator.stop()
-        self._simulators.clear()
-        if self._tempdir is not None:
-            self._tempdir.cleanup()
-            self._tempdir = None
+        self._pool.evalgate_close()
 
     def _simulated(self, manifest: EvalgateManifest, url: str) -> str:
-        key = (manifest.path, url)
-        if key not in self._simulators:
-            config = evalgate_parse_simulated_url(url)
-            answers = self._answer_key(manifest)
-            self._simulators[key] = evalgate_spawn_simulator(
-                config, answers, request_log=self._request_log
-            )
-        return str(self._simulators[key].base_url)
+        def answer_key(path: str) -> None:
+            rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
+            evalgate_write_answer_key(path, rows)
 
-    def _answer_key(self, manifest: EvalgateManifest) -> str:
-        if self._tempdir is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="evalgate-sim-")
-        path = os.path.join(self._tempdir.name, f"answers-{len(self._simulators)}.jsonl")
-        rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
-        evalgate_write_answer_key(path, rows)
-        return path
+        config = evalgate_parse_simulated_url(url)
+        return self._pool.evalgate_base_url((manifest.path, url), config, "answers", answer_key)
 
 
 def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:
-    name = candidate.api_key_env
-    if name is None:
-        return None
-    value = os.environ.get(name)
-    if not value:
-        key = f"candidates.{candidate.name}.api_key_env"
-        raise EvalgateConfigError(manifest.path, key, f"environment variable {name} is not set")
-    evalgate_add_secret(value)  # redacted from everything this process writes
-    return value
+    key = f"candidates.{candidate.name}.api_key_env"
+    return evalgate_env_key(manifest.path, key, candidate.api_key_env)

@@ -10,11 +10,8 @@ never the candidates'. The pool stops every simulator it started.
 from __future__ import annotations
 
 import os
-import tempfile
-from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.endpoint_url import evalgate_check_base_url
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge.agreement import (
@@ -25,8 +22,9 @@ from pytest_evalgate.judge.agreement import (
 from pytest_evalgate.judge.prompt import evalgate_judge_input_text
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.manifest_judge import EvalgateJudged
-from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_spawn_simulator
+from pytest_evalgate.simulated import evalgate_parse_simulated_url
 from pytest_evalgate.simulated.judge_style import evalgate_write_judge_truth
+from pytest_evalgate.simulator_pool import EvalgateSimulatorPool, evalgate_env_key
 
 EVALGATE_JUDGE_BASE_URL_ENV = "PYTEST_EVALGATE_JUDGE_BASE_URL"
 
@@ -35,9 +33,7 @@ class EvalgateJudgeEndpoints:
     """Builds judge endpoints and owns the simulated judges it spawned."""
 
     def __init__(self, request_log: str | None = None) -> None:
-        self._request_log = request_log
-        self._simulators: dict[tuple[str, str], Any] = {}
-        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        self._pool = EvalgateSimulatorPool(request_log, "evalgate-judge-")
 
     def evalgate_endpoint(self, manifest: EvalgateManifest) -> EvalgateEndpoint:
         """The judge endpoint of a judged suite (``PYTEST_EVALGATE_JUDGE_BASE_URL`` overrides
@@ -61,34 +57,20 @@ class EvalgateJudgeEndpoints:
 
     def evalgate_close(self) -> None:
         """Stop every simulated judge this pool started."""
-        for simulator in self._simulators.values():
-            simulator.stop()
-        self._simulators.clear()
-        if self._tempdir is not None:
-            self._tempdir.cleanup()
-            self._tempdir = None
+        self._pool.evalgate_close()
 
     def _simulated(self, manifest: EvalgateManifest, judged: EvalgateJudged, url: str) -> str:
-        key = (manifest.path, url)
-        if key not in self._simulators:
-            config = evalgate_parse_simulated_url(url)
-            if not config.judge:
-                reason = f"a simulated judge URL needs judge=1: {url}"
-                raise EvalgateConfigError(manifest.path, "judge.base_url", reason)
-            truth = self._truth(manifest, judged)
-            self._simulators[key] = evalgate_spawn_simulator(
-                config, truth, request_log=self._request_log
-            )
-        return str(self._simulators[key].base_url)
+        config = evalgate_parse_simulated_url(url)
+        if not config.judge:
+            reason = f"a simulated judge URL needs judge=1: {url}"
+            raise EvalgateConfigError(manifest.path, "judge.base_url", reason)
 
-    def _truth(self, manifest: EvalgateManifest, judged: EvalgateJudged) -> str:
-        if self._tempdir is None:
-            self._tempdir = tempfile.TemporaryDirectory(prefix="evalgate-judge-")
-        path = os.path.join(self._tempdir.name, f"truth-{len(self._simulators)}.jsonl")
-        inputs = {c.case_id: evalgate_judge_input_text(c.prompt) for c in manifest.cases}
-        references = [(inputs[c.case_id], c.target) for c in manifest.cases if c.target]
-        evalgate_write_judge_truth(path, references, evalgate_golden_truth(manifest, inputs))
-        return path
+        def truth(path: str) -> None:
+            inputs = {c.case_id: evalgate_judge_input_text(c.prompt) for c in manifest.cases}
+            references = [(inputs[c.case_id], c.target) for c in manifest.cases if c.target]
+            evalgate_write_judge_truth(path, references, evalgate_golden_truth(manifest, inputs))
+
+        return self._pool.evalgate_base_url((manifest.path, url), config, "truth", truth)
 
 
 def evalgate_check_judge_endpoint(manifest: EvalgateManifest) -> None:
@@ -130,11 +112,4 @@ def evalgate_golden_truth(
 
 
 def _api_key(manifest: EvalgateManifest, name: str | None) -> str | None:
-    if name is None:
-        return None
-    value = os.environ.get(name)
-    if not value:
-        reason = f"environment variable {name} is not set"
-        raise EvalgateConfigError(manifest.path, "judge.api_key_env", reason)
-    evalgate_add_secret(value)  # redacted from everything this process writes
-    return value
+    return evalgate_env_key(manifest.path, "judge.api_key_env", name)
