@@ -48,7 +48,7 @@ from pytest_evalgate.gate_single import (
 )
 from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
 from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
@@ -139,7 +139,7 @@ def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
 # --------------------------------------------------------------------------- policy schema
 
 _Strict = EVALGATE_STRICT_MODEL
-_Unit = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
+_Unit = EvalgateUnit
 
 
 class _NonInferior(pydantic.BaseModel):

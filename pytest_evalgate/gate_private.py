@@ -38,10 +38,11 @@ import pydantic
 from pytest_evalgate import stats
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.stats import EvalgateSeed
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
 
 EVALGATE_GAP_RULE = "public_private_gap"
 
-_Strict = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+_Strict = EVALGATE_STRICT_MODEL  # the one schema configuration (finite numbers included)
 _Names = Annotated[list[str], pydantic.Field(min_length=1)]
 
 
@@ -52,7 +53,7 @@ class EvalgateGapSpec(pydantic.BaseModel):
     rule: Literal["public_private_gap"]
     public: _Names
     private: _Names
-    max_gap: Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
+    max_gap: EvalgateUnit
 
 
 def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:

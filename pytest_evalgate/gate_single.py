@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import pydantic
 
 from pytest_evalgate import stats
 from pytest_evalgate.errors import EvalgatePolicyError
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
 
 EVALGATE_SINGLE_RULES = frozenset({"min_rate", "max_rate", "floor"})
 
 _Strict = EVALGATE_STRICT_MODEL
-_Unit = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]
+_Unit = EvalgateUnit
 
 
 class EvalgateMinRateSpec(pydantic.BaseModel):

@@ -13,12 +13,18 @@ Manifests, policies, judge and sandbox blocks are validated by pydantic models t
 - ``frozen=True``: validated values are not changed afterwards.
 
 Kept in its own module (it imports only pydantic) so every schema, upstream or downstream,
-can share it without importing another stage.
+can share it without importing another stage. ``EvalgateUnit`` is the rules' number in
+``[0, 1]``.
 """
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+from typing import Annotated
+
+from pydantic import ConfigDict, Field
 
 EVALGATE_STRICT_MODEL = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 """The model configuration of every configuration schema (see the module docstring)."""
+
+EvalgateUnit = Annotated[float, Field(ge=0.0, le=1.0)]
+"""A schema's number in ``[0, 1]`` (a rate, a margin, a gap): finite by the strict model."""

@@ -289,3 +289,15 @@ def test_the_rule_is_checked_against_the_manifest(
         evalgate_load_suite_policy(manifest, None)
     assert info.value.key == key and reason in info.value.reason
     assert info.value.source.endswith("gate.yaml")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "0.1", True, 1.5])
+def test_a_gap_spec_takes_only_a_finite_number_in_0_1(bad: object) -> None:
+    from pydantic import ValidationError
+
+    from pytest_evalgate.gate_private import EvalgateGapSpec
+
+    spec = {"rule": "public_private_gap", "public": ["a"], "private": ["b"], "max_gap": bad}
+    with pytest.raises(ValidationError):
+        EvalgateGapSpec.model_validate(spec)
+    assert EvalgateGapSpec.model_validate({**spec, "max_gap": 0}).max_gap == 0.0
