@@ -9,9 +9,9 @@ this script, with its data in a temp folder, and stopped by PID at the end.
 
 The journal (``runner/journal.py``, as the runner's child uses it): ``--workers`` asyncio tasks
 (the child's workers: 64, a process's share of ``budget.max_concurrency``) each journal the
-answers of their records one at a time, awaiting each publish before the next (as a worker
-takes its next work only after its answer is journaled); lines arriving during a publish are
-group-committed into the next object. Columns:
+answers of their records one at a time, awaiting each line before the next (as a worker
+takes its next work only after its answer is journaled). On a folder the lines are appended to
+one file; on S3 lines arriving during a put are group-committed into the next object. Columns:
 
 - ``commit``: segments only (the store without the journal);
 - ``journal``: the journal only (its appends, objects published);

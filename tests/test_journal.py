@@ -10,6 +10,7 @@ answers: well over 16 at this rate), so the bound fails if the journal does not 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -24,8 +25,9 @@ import pytest
 from assertkit import evalgate_decided_exit, evalgate_wait_idle
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.runner.journal import EvalgateJournalWriter
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
 from pytest_evalgate.store import (
     EvalgateLocalStore,
@@ -81,6 +83,96 @@ def test_journal_lines_are_read_back_first_wins_and_bad_lines_skipped(tmp_path: 
     assert sorted(found) == ["rev/c/a/r0", "rev/c/e/r0"]
     assert found["rev/c/a/r0"]["output"] == "42"
     assert evalgate_read_journal(store, "s/d/k/gen-2") == {}
+
+
+def test_a_line_whose_digest_does_not_match_is_skipped(tmp_path: Path) -> None:
+    # journals are published without fsync: a torn, zeroed or edited line must fail its digest
+    store = EvalgateLocalStore(str(tmp_path))
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    good = evalgate_journal_line("rev/c/a/r0", OUTCOME)
+    edited = evalgate_journal_line("rev/c/b/r0", OUTCOME).replace(b'"42"', b'"43"')
+    entry = json.loads(evalgate_journal_line("rev/c/c/r0", OUTCOME))
+    entry["extra"] = 1  # a member the digest does not cover
+    entry["sha256"] = evalgate_sha256_hex({k: v for k, v in entry.items() if k != "sha256"})
+    undigested = evalgate_canonical_json({"identity": "rev/c/d/r0", "outcome": OUTCOME}) + b"\n"
+    zeroed = b"\0" * 40 + b"\n"
+    data = good + edited + evalgate_canonical_json(entry) + b"\n" + undigested + zeroed
+    store.evalgate_write_atomic(evalgate_journal_name(folder, "w", 1), data)
+    assert b'"43"' in edited
+    assert sorted(evalgate_read_journal(store, "s/d/k/gen-1")) == ["rev/c/a/r0"]
+
+
+def test_the_child_publishes_journals_without_fsync_and_segments_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    store = EvalgateLocalStore(str(tmp_path))
+    store.evalgate_write_atomic("a/seg-1.jsonl", b"x\n")
+    assert len(synced) == 2  # the file and its folder
+    store.evalgate_write_atomic("a/j-1.journal", b"y\n", durable=False)
+    assert len(synced) == 2
+    assert (tmp_path / "a" / "j-1.journal").read_bytes() == b"y\n"
+    with pytest.raises(FileExistsError):
+        store.evalgate_write_atomic("a/j-1.journal", b"z\n", durable=False)
+    writer = EvalgateJournalWriter(store, "w", lambda line: None)
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    asyncio.run(writer.evalgate_append(folder, evalgate_journal_line("rev/c/a/r0", OUTCOME)))
+    assert len(synced) == 2 and writer.objects == 1
+    assert list(evalgate_read_journal(store, "s/d/k/gen-1")) == ["rev/c/a/r0"]
+
+
+def test_a_folder_journal_is_one_appended_file_per_process_and_never_replaced(
+    tmp_path: Path,
+) -> None:
+    store = EvalgateLocalStore(str(tmp_path))
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    logged: list[str] = []
+
+    async def journal(writer: EvalgateJournalWriter, names: list[str]) -> None:
+        for name in names:
+            await writer.evalgate_append(folder, evalgate_journal_line(name, OUTCOME))
+
+    first = EvalgateJournalWriter(store, "w", logged.append)
+    asyncio.run(journal(first, ["rev/c/a/r0", "rev/c/b/r0", "rev/c/c/r0"]))
+    # another process that happens to carry the same writer id takes the next free name
+    second = EvalgateJournalWriter(store, "w", logged.append)
+    asyncio.run(journal(second, ["rev/c/d/r0"]))
+    first.evalgate_close()
+    second.evalgate_close()
+    files = sorted(p.name for p in (tmp_path / folder).iterdir())
+    assert files == ["w-000001.journal", "w-000002.journal"]
+    assert (first.objects, first.published, second.published) == (1, 3, 1)
+    assert len((tmp_path / folder / files[0]).read_bytes().splitlines()) == 3
+    found = evalgate_read_journal(store, "s/d/k/gen-1")
+    assert sorted(found) == ["rev/c/a/r0", "rev/c/b/r0", "rev/c/c/r0", "rev/c/d/r0"]
+    assert logged == []
+    with pytest.raises(FileExistsError):
+        store.evalgate_appender(f"{folder}/{files[0]}")
+
+
+def test_a_journal_folder_that_leads_out_of_the_store_is_logged_not_written(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    folder = evalgate_journal_folder("s/d/k/gen-1", "shard-0-of-1")
+    (tmp_path / "store" / folder).parent.mkdir(parents=True)
+    (tmp_path / "store" / folder).symlink_to(outside)
+    logged: list[str] = []
+    writer = EvalgateJournalWriter(store, "w", logged.append)
+    line = evalgate_journal_line("rev/c/a/r0", OUTCOME)
+    asyncio.run(writer.evalgate_append(folder, line))
+    asyncio.run(writer.evalgate_append(folder, line))
+    assert list(outside.iterdir()) == []
+    assert len(logged) == 1 and "cannot write" in logged[0]
 
 
 def test_journals_are_never_read_as_segments(tmp_path: Path) -> None:

@@ -166,11 +166,11 @@ class _BrokenStore(EvalgateLocalStore):
         super().__init__(root)
         self.good = good
 
-    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
+    def evalgate_write_atomic(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
         if self.good <= 0:
             raise OSError(28, "No space left on device")
         self.good -= 1
-        super().evalgate_write_atomic(relpath, data)
+        super().evalgate_write_atomic(relpath, data, durable=durable)
 
 
 def _sealed(case_id: str) -> dict[str, Any]:
@@ -200,9 +200,11 @@ def test_the_committer_runs_in_its_own_thread(tmp_path: Path) -> None:
     seen: list[str] = []
 
     class Recording(EvalgateLocalStore):
-        def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
+        def evalgate_write_atomic(
+            self, relpath: str, data: bytes, *, durable: bool = True
+        ) -> None:
             seen.append(threading.current_thread().name)
-            super().evalgate_write_atomic(relpath, data)
+            super().evalgate_write_atomic(relpath, data, durable=durable)
 
     writer = EvalgateSegmentWriter(Recording(str(tmp_path / "s")), "d", writer="w")
     committer = EvalgateCommitter(writer)

@@ -100,6 +100,8 @@ class EvalgateChild:
         self._wake(len(self._idle))
         await asyncio.gather(*workers)
         await self._stage.evalgate_drain()
+        if self._journal is not None:
+            self._journal.evalgate_close()
         await client.aclose()
         self._flush()
         await self._out.drain()

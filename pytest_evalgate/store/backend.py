@@ -27,11 +27,30 @@ from pytest_evalgate.store.paths import (
 EVALGATE_FAULT_COMMIT_PAUSE_ENV = "PYTEST_EVALGATE_FAULT_COMMIT_PAUSE_S"
 
 
+class EvalgateAppender(Protocol):
+    """A file that grows by appends (``EvalgateStoreBackend.evalgate_appender``)."""
+
+    def evalgate_append(self, data: bytes) -> None:
+        """Add ``data`` at the end; readers see it once this returns (no fsync)."""
+
+    def evalgate_close(self) -> None:
+        """Close the file (appending after this is an error)."""
+
+
 class EvalgateStoreBackend(Protocol):
     """Where segments live. Paths are '/'-separated and relative to the store root."""
 
-    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
-        """Make ``data`` visible at ``relpath`` all at once; refuse to replace an existing file."""
+    def evalgate_write_atomic(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
+        """Make ``data`` visible at ``relpath`` all at once; refuse to replace an existing file.
+
+        ``durable=False`` (the resume journal): visible to every later reader once this
+        returns, and so safe from a killed process, but not forced to the disk: a lost machine
+        may lose it. Only data that is checked on reading and may be missing is written so.
+        """
+
+    def evalgate_appender(self, relpath: str) -> EvalgateAppender | None:
+        """A new file at ``relpath`` that grows by appends (``FileExistsError`` when the name is
+        taken: nothing is replaced), or None: this backend publishes whole objects only."""
 
     def evalgate_list(self, prefix: str) -> list[str]:
         """Every committed segment path under ``prefix`` (recursively), sorted."""
@@ -49,8 +68,9 @@ class EvalgateLocalStore:
     def __init__(self, root: str) -> None:
         self.root = root
 
-    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
-        """Write to a hidden temp file, fsync, rename (no replace), fsync the folder.
+    def evalgate_write_atomic(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
+        """Write to a hidden temp file, fsync, rename (no replace), fsync the folder (no fsync
+        when not ``durable``).
 
         The target's folder is resolved inside the root before and after it is created, and
         the temp file is opened with ``O_EXCL | O_NOFOLLOW``: no byte lands outside the store.
@@ -66,14 +86,26 @@ class EvalgateLocalStore:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         _fault_pause()
         try:
             _publish(temp, target)
         finally:
             if os.path.exists(temp):
                 os.unlink(temp)
-        _fsync_dir(folder)
+        if durable:
+            _fsync_dir(folder)
+
+    def evalgate_appender(self, relpath: str) -> EvalgateAppender:
+        """Create ``relpath`` (``O_EXCL | O_NOFOLLOW``, its folder resolved inside the root) for
+        appends: the resume journal's file on a folder store (one ``write`` per line, no
+        thread, no fsync)."""
+        target = evalgate_store_path(self.root, relpath)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        target = evalgate_store_path(self.root, relpath)  # again, as in evalgate_write_atomic
+        fd = evalgate_open_nofollow(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
+        return _EvalgateFileAppender(fd)
 
     def evalgate_list(self, prefix: str) -> list[str]:
         """Committed segments (``*.jsonl``, not hidden) under ``prefix``.
@@ -102,6 +134,19 @@ class EvalgateLocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(name for name in names if not name.startswith("."))
+
+
+class _EvalgateFileAppender:
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def evalgate_append(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def evalgate_close(self) -> None:
+        os.close(self._fd)
 
 
 def evalgate_check_store_folder(backend: EvalgateStoreBackend, path: str, key: str) -> None:

@@ -10,9 +10,15 @@ Layout, inside a store generation (so ``--evalgate-fresh`` starts with an empty 
     <generation>/journal/<shard_dir>/<writer>-<seq>.journal
 
 Each object is published once (the backend's no-replace write: a rename, or a conditional put),
-one canonical JSON line per answered identity: ``{"identity": <header>, "outcome": {...}}``,
-``<header>`` being the request's ``revision/candidate/case/rN``. The names do not end in
-``.jsonl``, so no segment reader ever takes a journal for records.
+one canonical JSON line per answered identity:
+``{"identity": <header>, "outcome": {...}, "sha256": <hex>}``, ``<header>`` being the request's
+``revision/candidate/case/rN`` and ``sha256`` the digest of the line's canonical JSON without it.
+The names do not end in ``.jsonl``, so no segment reader ever takes a journal for records.
+
+Journal objects are published without fsync (``durable=False``): a killed process loses nothing
+that was published, a lost machine may lose or tear the newest objects. The digest is what makes
+that safe: a torn or zeroed line fails it and is skipped, so its identity is requested again (a
+journal is a saving, never a record; docs/decisions.md).
 
 The journal is never a second source of truth: a committed record wins (the pytest process
 journals nothing for committed identities and replays only uncommitted ones), a replayed line is
@@ -25,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
@@ -45,8 +51,14 @@ def evalgate_journal_name(folder: str, writer: str, seq: int) -> str:
 
 
 def evalgate_journal_line(identity: str, outcome: Mapping[str, object]) -> bytes:
-    """One journal line: the identity header and the answered outcome."""
-    return evalgate_canonical_json({"identity": identity, "outcome": dict(outcome)}) + b"\n"
+    """One journal line: the identity header, the answered outcome and their digest."""
+    entry: dict[str, object] = {"identity": identity, "outcome": dict(outcome)}
+    entry["sha256"] = _digest(entry)
+    return evalgate_canonical_json(entry) + b"\n"
+
+
+def _digest(entry: Mapping[str, object]) -> str:
+    return evalgate_sha256_hex(entry)
 
 
 def evalgate_read_journal(
@@ -93,6 +105,9 @@ def _parse(line: bytes) -> tuple[str, EvalgateOutcome] | None:
         return None  # an empty or cut line
     if not isinstance(entry, dict) or not isinstance(entry.get("identity"), str):
         return None
+    digest = entry.pop("sha256", None)
+    if entry.keys() != {"identity", "outcome"} or digest != _digest(entry):
+        return None  # torn, zeroed, edited, or written before lines carried a digest
     outcome = entry.get("outcome")
     if not isinstance(outcome, dict) or outcome.keys() != EVALGATE_OUTCOME_FIELDS:
         return None

@@ -63,8 +63,9 @@ class EvalgateS3Store:
                 "--evalgate-store", self.location, _explain(exc, self.bucket)
             ) from exc
 
-    def evalgate_write_atomic(self, relpath: str, data: bytes) -> None:
-        """Publish with ``If-None-Match: *``; a taken name raises ``FileExistsError``."""
+    def evalgate_write_atomic(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
+        """Publish with ``If-None-Match: *``; a taken name raises ``FileExistsError``. (A put
+        is durable when it returns, so ``durable`` changes nothing here.)"""
         try:
             self.client.put_object(
                 Bucket=self.bucket, Key=self._key(relpath), Body=data, IfNoneMatch="*"
@@ -73,6 +74,10 @@ class EvalgateS3Store:
             if _code(exc) in _TAKEN:
                 raise FileExistsError(f"{self.location}/{relpath}: already published") from exc
             raise self._failure("cannot publish", relpath, exc) from exc
+
+    def evalgate_appender(self, relpath: str) -> None:
+        """None: an object cannot grow, so the journal publishes whole objects here."""
+        return None
 
     def evalgate_list(self, prefix: str) -> list[str]:
         """Every segment (``*.jsonl``, not hidden) under ``prefix``, all pages, sorted."""
