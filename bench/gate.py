@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from pytest_evalgate import gate, stats
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput as BenchInput
 
 CASES, CATEGORIES, CLUSTER, RESAMPLES = 40_000, 50, 4, 10_000
@@ -80,10 +81,10 @@ def lean_loop(data: BenchInput, resamples: int) -> float:
 def main() -> None:
     data = make_input()
     rules = (
-        gate.EvalgateRule("non_inferior", 0, slice="all", threshold=0.02),
-        gate.EvalgateRule("non_inferior", 1, slice="*", threshold=0.05),
+        gate_policy.EvalgateRule("non_inferior", 0, slice="all", threshold=0.02),
+        gate_policy.EvalgateRule("non_inferior", 1, slice="*", threshold=0.05),
     )
-    policy = gate.EvalgatePolicy(version="bench", rules=rules, resamples=RESAMPLES, seed=0)
+    policy = gate_policy.EvalgatePolicy(version="bench", rules=rules, resamples=RESAMPLES, seed=0)
     start = time.perf_counter()
     result = gate.evalgate_evaluate(policy, data)
     ours = time.perf_counter() - start

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -166,9 +168,26 @@ def measure_bare(folder: Path, server: EvalgateSimProcess, n: int) -> dict[str, 
             "outside_s": wall - child["phase_s"]}  # fmt: skip
 
 
+def foreign_plugins() -> list[str]:
+    """``-p no:NAME`` for pytest plugins installed here for our own tests only: hypothesis's
+    terminal summary imports hypothesis (~1 s on this machine) in every pytest run, and a
+    release image of pytest-evalgate does not ship it (its plugins: xdist, anyio via httpx)."""
+    names = {dist.name for dist in entry_points(group="pytest11")}
+    return [f"-p no:{name}" for name in sorted(names & {"hypothesispytest"})]
+
+
+def compile_package() -> None:
+    """Write the package's bytecode first: this machine sets PYTHONDONTWRITEBYTECODE, so an
+    editable install would compile every changed module on every run (an installed wheel has
+    its .pyc files)."""
+    package = Path(__file__).resolve().parent.parent / "pytest_evalgate"
+    compileall.compile_dir(str(package), quiet=1)
+
+
 def measure_evalgate(folder: Path, n: int, extra: list[str]) -> dict[str, float]:
     store = folder / f"store-{time.monotonic_ns()}"
     argv = [sys.executable, "-m", "pytest", "--evalgate", "-q", "-p", "no:cacheprovider"]
+    argv += [part for flag in foreign_plugins() for part in flag.split()]
     argv += [f"--evalgate-store={store}", "evalgate.yaml", *extra]
     wall, cpu, rss, text = run_child(argv, folder)
     phase, count = record_phase(store)
@@ -206,11 +225,11 @@ def one_round(folder: Path, server: EvalgateSimProcess, n: int, extra: list[str]
 
 
 def targets(row: dict[str, float], bare: dict[str, float]) -> None:
-    """Issue 3's targets, met or not, for this round (printed, never asserted)."""
+    """Issues 3's and 18's targets, met or not, for this round (printed, never asserted)."""
     checks = [
         ("request phase >= 80 % of bound", row["phase"] / BOUND >= 0.80),
         ("request phase >= 90 % of bare", row["phase"] / bare["phase"] >= 0.90),
-        ("whole command >= 65 % of bound", row["whole"] / BOUND >= 0.65),
+        ("whole command >= 85 % of bound (issue 18)", row["whole"] / BOUND >= 0.85),
     ]
     print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}" for name, ok in checks))
 
@@ -241,6 +260,7 @@ def main() -> None:
         bare_child(*options.bare_child)
         return
     n = options.cases
+    compile_package()
     with tempfile.TemporaryDirectory(prefix="evalgate-throughput-") as name:
         folder = Path(name)
         manifest = evalgate_load_manifest(str(write_suite(folder, n, "http://127.0.0.1:1/v1")))
@@ -252,6 +272,7 @@ def main() -> None:
             write_suite(folder, n, server.base_url)
             print(f"{n} cases, 1 candidate, 1 repetition, non-streaming, budget {CONCURRENCY}, "
                   f"50 ms latency, bound {BOUND:,.0f}/s, {os.cpu_count()} cores")  # fmt: skip
+            print(f"pytest plugins left out: {' '.join(foreign_plugins()) or 'none'}")
             for _ in range(options.rounds):
                 one_round(folder, server, n, options.pytest_args.split())
             summary()

@@ -51,8 +51,8 @@ if TYPE_CHECKING:
         EvalgateSignatureError,
         EvalgateStoreError,
     )
-    from pytest_evalgate.gate import EvalgatePolicy
     from pytest_evalgate.manifest import EvalgateManifest
+    from pytest_evalgate.policy import EvalgatePolicy
     from pytest_evalgate.scoring import EvalgateScorer
     from pytest_evalgate.store import EvalgateIdentity, EvalgateRecord
 

@@ -34,7 +34,6 @@ from pytest_evalgate.contamination import evalgate_canary_identities
 from pytest_evalgate.judged import evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.store import (
-    EvalgateExpectation,
     EvalgateIdentity,
     EvalgateRecord,
     EvalgateStoreBackend,
@@ -43,8 +42,12 @@ from pytest_evalgate.store import (
     evalgate_candidate_prefix,
     evalgate_read_candidate,
 )
-from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
-from pytest_evalgate.suitecheck import evalgate_suite_check
+from pytest_evalgate.store.table import (
+    EvalgateCandidateTable,
+    EvalgateVerifiedSegments,
+    evalgate_read_table,
+)
+from pytest_evalgate.suitecheck import evalgate_expectation
 
 
 @dataclass(frozen=True)
@@ -129,16 +132,19 @@ def evalgate_aggregate(
     manifest: EvalgateManifest,
     selection: EvalgateSelection,
     pair: tuple[str, str] | None,
+    verified: EvalgateVerifiedSegments | None = None,
 ) -> EvalgateAggregate:
     """Read, verify and combine what the store holds for ``selection``.
 
     ``pair`` is (candidate name, baseline name) for the paired gate input, or None. Suites
     without a judge and without ``scorer: code`` stream the store into compact columns
     (``aggregate_table``); the others read records whole (the judge overlay and the sandbox
-    facts need them). Both give the same aggregate.
+    facts need them). Both give the same aggregate. ``verified``: the segments this process
+    committed and verified as it did (``store.table``); the column path replays them when
+    their bytes are unchanged.
     """
     if evalgate_column_path(manifest):
-        return _aggregate_columns(backend, manifest, selection, pair)
+        return _aggregate_columns(backend, manifest, selection, pair, verified)
     views = {name: _read(backend, manifest, name) for name in selection.candidates}
     views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only
     expected = _expected(manifest, selection)
@@ -171,10 +177,12 @@ def _aggregate_columns(
     manifest: EvalgateManifest,
     selection: EvalgateSelection,
     pair: tuple[str, str] | None,
+    verified: EvalgateVerifiedSegments | None,
 ) -> EvalgateAggregate:
     rows = evalgate_table_rows([case.case_id for case in manifest.cases], selection.case_ids)
     tables = {
-        name: _table(backend, manifest, name, rows) for name in dict.fromkeys(selection.candidates)
+        name: _table(backend, manifest, name, rows, verified)
+        for name in dict.fromkeys(selection.candidates)
     }
     counts = evalgate_table_counts(
         tables, selection.candidates, selection.case_ids, manifest.dataset_revision
@@ -207,14 +215,18 @@ def _aggregate_columns(
 
 
 def _table(
-    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str, rows: dict[str, int]
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    name: str,
+    rows: dict[str, int],
+    verified: EvalgateVerifiedSegments | None,
 ) -> EvalgateCandidateTable:
     key = manifest.candidates[name].key
     prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
-    check = evalgate_suite_check(manifest, name)  # each record against the suite (suitecheck)
-    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)
     table = EvalgateCandidateTable(rows, manifest.repetitions, manifest.canary)
-    return evalgate_read_table(backend, prefix, expect, table)
+    return evalgate_read_table(
+        backend, prefix, evalgate_expectation(manifest, name), table, verified
+    )
 
 
 def _column_rates(counts: EvalgateTableCounts) -> dict[str, dict[str, EvalgateRate]]:
@@ -229,9 +241,7 @@ def _read(
 ) -> EvalgateStoreView:
     key = manifest.candidates[name].key
     prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
-    check = evalgate_suite_check(manifest, name)  # each record against the suite (suitecheck)
-    expect = EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)
-    return evalgate_read_candidate(backend, prefix, expect)
+    return evalgate_read_candidate(backend, prefix, evalgate_expectation(manifest, name))
 
 
 def _expected(manifest: EvalgateManifest, selection: EvalgateSelection) -> list[EvalgateIdentity]:

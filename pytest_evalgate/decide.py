@@ -30,23 +30,24 @@ from pytest_evalgate.contamination import (
     evalgate_contamination_record,
 )
 from pytest_evalgate.errors import (
-    EvalgatePolicyError,
     EvalgateStoreError,
     EvalgateStorePathError,
 )
 from pytest_evalgate.gate import (
     EvalgateGateResult,
-    EvalgatePolicy,
     evalgate_evaluate,
     evalgate_exit_status,
-    evalgate_load_policy,
     evalgate_verdict,
 )
-from pytest_evalgate.gate_private import evalgate_check_gap_rules
 from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
 from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
+from pytest_evalgate.policy import (
+    EvalgatePolicy,
+    evalgate_check_slices,
+    evalgate_pair,
+)
 from pytest_evalgate.report import (
     EVALGATE_ENVELOPE_NAME,
     EvalgateReportContext,
@@ -68,9 +69,9 @@ from pytest_evalgate.store import (
     evalgate_check_store_folder,
     evalgate_read_candidate,
 )
+from pytest_evalgate.store.table import EvalgateVerifiedSegments
 from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_record, evalgate_tier_spec
 
-EVALGATE_POLICY_NAME = "gate.yaml"
 EVALGATE_STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 
@@ -84,11 +85,6 @@ class EvalgateOutcome:
     notes: tuple[str, ...]
 
 
-def evalgate_policy_path(manifest: EvalgateManifest, override: str | None) -> str:
-    """``override`` if given, else the suite's gate.yaml."""
-    return override or os.path.join(manifest.suite_dir, EVALGATE_POLICY_NAME)
-
-
 def evalgate_decide(
     backend: EvalgateStoreBackend,
     manifest: EvalgateManifest,
@@ -100,6 +96,7 @@ def evalgate_decide(
     perf: EvalgatePerfResult | None = None,
     tier: str | None = None,
     report_text: bool = False,
+    verified: EvalgateVerifiedSegments | None = None,
 ) -> EvalgateOutcome:
     """Aggregate ``selection`` from the store, gate it with ``policy``, sign and report.
 
@@ -108,10 +105,11 @@ def evalgate_decide(
     the manifest's ``tiers``) the selection is complete when it is the tier's cases, and the
     decision records the tier and is never attestable. ``report_text``
     (``--evalgate-report-text``) lets the reports show the flipped cases' input, target and
-    outputs; the decision record never holds them.
+    outputs; the decision record never holds them. ``verified``: the segments this process
+    committed and verified as it went (``store.table``), replayed when their bytes are unchanged.
     """
     pair = evalgate_pair(manifest, policy)
-    aggregate = evalgate_aggregate(backend, manifest, selection, pair)
+    aggregate = evalgate_aggregate(backend, manifest, selection, pair, verified)
     if policy.baseline is None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_single_view(aggregate.gate_input)
     tier_record = None if tier is None else _tier(manifest, selection, aggregate, tier)
@@ -142,36 +140,13 @@ def evalgate_decide(
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 
 
-def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None) -> EvalgatePolicy:
-    """Load the policy for ``manifest`` (its gate.yaml unless ``override``) and check it against
-    the suite: compared candidates exist, slices name the suite's categories."""
-    policy = evalgate_load_policy(evalgate_policy_path(manifest, override))
-    evalgate_pair(manifest, policy)
-    _check_slices(manifest, policy)
-    return policy
-
-
-def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
-    """(candidate, baseline) names the policy compares, checked against the manifest.
-
-    A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
-    are refused at load, and ``evalgate_decide`` blanks the mirrored baseline side."""
-    baseline = policy.candidate if policy.baseline is None else policy.baseline
-    for role, name in (("candidate", policy.candidate), ("baseline", baseline)):
-        if name not in manifest.candidates:
-            known = ", ".join(manifest.candidates)
-            reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
-            raise EvalgatePolicyError(policy.source, role, reason)
-    return (policy.candidate, baseline)
-
-
 def _evaluate(
     manifest: EvalgateManifest, policy: EvalgatePolicy, aggregate: EvalgateAggregate
 ) -> EvalgateGateResult | None:
     data = aggregate.gate_input
     if data is None or not data.case_ids:
         return None
-    _check_slices(manifest, policy)
+    evalgate_check_slices(manifest, policy)
     if aggregate.partial:
         return evalgate_evaluate(_selected_rules(policy, data), data)
     if aggregate.status != "complete":
@@ -193,16 +168,6 @@ def _tier(
     whole = set(selection.candidates) == set(manifest.candidates)
     aggregate.partial = not whole or set(selection.case_ids) != members
     return evalgate_tier_record(name, spec, len(members), len(manifest.cases))
-
-
-def _check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
-    """A slice must name a category of the suite (not only of what the store holds so far)."""
-    known = sorted({case.category for case in manifest.cases})
-    for rule in policy.rules:
-        if rule.slice not in (None, "*", "all") and rule.slice not in known:
-            reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(known)}"
-            raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].slice", reason)
-    evalgate_check_gap_rules(policy.source, policy.rules, known, manifest.private, manifest.path)
 
 
 def _held_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:

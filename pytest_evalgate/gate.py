@@ -21,293 +21,30 @@ import hashlib
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
-import pydantic
 
 from pytest_evalgate import stats
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate_judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
 from pytest_evalgate.gate_private import (
-    EVALGATE_GAP_RULE,
-    EvalgateGapSpec,
-    evalgate_check_gap_lists,
     evalgate_gap_name,
     evalgate_gap_rule,
 )
 from pytest_evalgate.gate_single import (
-    EvalgateMaxRateSpec,
-    EvalgateMinRateSpec,
-    evalgate_check_single,
     evalgate_max_rate,
     evalgate_min_rate,
 )
-from pytest_evalgate.metrics import EVALGATE_PERF_RULE_METRICS
-from pytest_evalgate.online import EvalgateOnlineRule, evalgate_online_rules
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
-from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
-
-EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
-EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
-_THRESHOLD_KEYS = {
-    "non_inferior": "margin",
-    "must_improve": "target",
-    "no_regression": None,
-    "floor": "max_rate",
-    "perf_ratio": "max_ratio",
-    "max_delta": "max_delta",
-    "pairwise": "margin",
-    "judge_agreement": "min_kappa",
-    "min_rate": "min",
-    "max_rate": "max",
-    "public_private_gap": "max_gap",
-}
-
-
-# --------------------------------------------------------------------------- policy values
-
-
-@dataclass(frozen=True)
-class EvalgateRule:
-    """One rule as written in ``gate.yaml`` (before ``"*"`` expands); ``index`` is its position."""
-
-    rule: str
-    index: int
-    slice: str | None = None
-    metric: str | None = None
-    threshold: float | None = None
-    public: tuple[str, ...] = ()  # public_private_gap only (gate_private.py)
-    private: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The rule in its ``gate.yaml`` form (builtins only)."""
-        out: dict[str, Any] = {"rule": self.rule}
-        if self.rule == EVALGATE_GAP_RULE:
-            out.update(public=list(self.public), private=list(self.private))
-        else:
-            out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
-        key = _THRESHOLD_KEYS[self.rule]
-        if key is not None:
-            out[key] = self.threshold
-        return out
-
-
-@dataclass(frozen=True)
-class EvalgatePolicy:
-    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
-
-    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
-    """
-
-    version: str
-    rules: tuple[EvalgateRule, ...]
-    confidence: float = 0.95
-    correction: str = "holm"
-    resamples: int = 10_000
-    seed: int = 0
-    candidate: str = "candidate"
-    baseline: str | None = "baseline"  # None: a single-model policy (gate_single.py)
-    source: str = "gate.yaml"
-    online: tuple[EvalgateOnlineRule, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
-        only when there are online rules (so policies without them keep their digest)."""
-        out = {
-            "version": self.version,
-            "confidence": self.confidence,
-            "correction": self.correction,
-            "bootstrap": {"resamples": self.resamples, "seed": self.seed},
-            "candidate": self.candidate,
-            "baseline": self.baseline,
-            "rules": [rule.to_dict() for rule in self.rules],
-        }
-        if self.online:
-            out["online"] = [rule.to_dict() for rule in self.online]
-        return out
-
-
-def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
-    """Hex sha256 of the canonical JSON of ``policy.to_dict()``; comments and layout don't count."""
-    return evalgate_sha256_hex(policy.to_dict())
-
-
-# --------------------------------------------------------------------------- policy schema
-
-_Strict = EVALGATE_STRICT_MODEL
-_Unit = EvalgateUnit
-
-
-class _NonInferior(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["non_inferior"]
-    slice: str
-    margin: _Unit
-
-
-class _MustImprove(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["must_improve"]
-    slice: str
-    target: Annotated[float, pydantic.Field(ge=-1.0, le=1.0)]
-
-
-class _NoRegression(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["no_regression"]
-    slice: str
-
-
-class _Floor(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["floor"]
-    slice: str
-    max_rate: _Unit
-
-
-class _PerfRatio(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["perf_ratio"]
-    metric: Literal[EVALGATE_PERF_RULE_METRICS]  # type: ignore[valid-type]
-    max_ratio: Annotated[float, pydantic.Field(gt=0.0)]
-
-
-class _MaxDelta(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["max_delta"]
-    metric: Literal["error_rate"]
-    max_delta: _Unit
-
-
-class _Pairwise(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["pairwise"]
-    slice: str
-    margin: _Unit
-
-
-class _JudgeAgreement(pydantic.BaseModel):
-    model_config = _Strict
-    rule: Literal["judge_agreement"]
-    metric: Literal["kappa"] = "kappa"
-    min_kappa: Annotated[float, pydantic.Field(ge=-1.0, le=1.0)]
-
-
-_AnyRule = Annotated[
-    _NonInferior
-    | _MustImprove
-    | _NoRegression
-    | _Floor
-    | _PerfRatio
-    | _MaxDelta
-    | _Pairwise
-    | _JudgeAgreement
-    | EvalgateMinRateSpec
-    | EvalgateMaxRateSpec
-    | EvalgateGapSpec,
-    pydantic.Field(discriminator="rule"),
-]
-
-
-class _Bootstrap(pydantic.BaseModel):
-    model_config = _Strict
-    resamples: Annotated[int, pydantic.Field(ge=100, le=1_000_000)] = 10_000
-    seed: Annotated[int, pydantic.Field(ge=0)] = 0
-
-
-class _Policy(pydantic.BaseModel):
-    model_config = _Strict
-    version: str
-    confidence: Annotated[float, pydantic.Field(gt=0.5, lt=1.0)] = 0.95
-    correction: Literal["none", "bonferroni", "holm", "bh"] = "holm"
-    bootstrap: _Bootstrap = _Bootstrap()
-    candidate: str = "candidate"
-    baseline: str | None = "baseline"
-    rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
-    online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
-
-
-def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
-    """Read and validate ``gate.yaml``; raise ``EvalgatePolicyError(file, key, reason)`` if wrong.
-
-    Unknown keys, rules or metrics, wrong types (no string-to-number coercion), out-of-range
-    values, a missing ``version`` or an empty ``rules`` list are refused. Slices are checked
-    against the suite's categories later, by ``evalgate_evaluate``. ``online:`` rules (SPEC
-    section 15) are checked by ``online.evalgate_online_rules``, with keys like ``online[1].max``.
-    """
-    source = str(path)
-    try:
-        raw = evalgate_load_yaml(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from None
-    except EvalgateYamlError as error:
-        raise EvalgatePolicyError(source, "<yaml>", error.reason) from None
-    if not isinstance(raw, dict):
-        raise EvalgatePolicyError(source, "<root>", "the policy must be a mapping")
-    try:
-        model = _Policy.model_validate(raw)
-    except pydantic.ValidationError as error:
-        key, reason = _describe(error.errors()[0])
-        raise EvalgatePolicyError(source, key, reason) from None
-    policy = _to_policy(model, source)
-    evalgate_check_single(source, policy.baseline, policy.rules)
-    evalgate_check_gap_lists(source, policy.rules)
-    return policy
-
-
-def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
-    """Turn pydantic's first error into ``("rules[3].margin", reason)``."""
-    parts: list[str] = []
-    previous: Any = None
-    for part in error["loc"]:
-        if isinstance(part, int):
-            parts.append(f"[{part}]")
-        elif not (isinstance(previous, int) and part in _THRESHOLD_KEYS):
-            parts.append(f".{part}")  # the discriminator's tag (after an index) is not a key
-        previous = part
-    key = "".join(parts).lstrip(".") or "<root>"
-    kind = error["type"]
-    if kind == "union_tag_invalid":
-        expected = ", ".join(_THRESHOLD_KEYS)
-        return f"{key}.rule", f"unknown rule {error['input'].get('rule')!r}; expected {expected}"
-    if kind == "union_tag_not_found":
-        return f"{key}.rule", "missing required key"
-    if kind == "extra_forbidden":
-        return key, "unknown key"
-    if kind == "missing":
-        return key, "missing required key"
-    return key, f"{error['msg']} (got {error['input']!r})"
-
-
-def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
-    rules = tuple(_to_rule(index, item) for index, item in enumerate(model.rules))
-    return EvalgatePolicy(
-        version=model.version,
-        rules=rules,
-        confidence=model.confidence,
-        correction=model.correction,
-        resamples=model.bootstrap.resamples,
-        seed=model.bootstrap.seed,
-        candidate=model.candidate,
-        baseline=model.baseline,
-        source=source,
-        online=evalgate_online_rules(model.online, source),
-    )
-
-
-def _to_rule(index: int, item: pydantic.BaseModel) -> EvalgateRule:
-    values = item.model_dump()
-    key = _THRESHOLD_KEYS[values["rule"]]
-    threshold = None if key is None else float(values[key])
-    groups = {key: tuple(values.get(key, ())) for key in ("public", "private")}
-    return EvalgateRule(
-        values["rule"], index, values.get("slice"), values.get("metric"), threshold, **groups
-    )
-
+from pytest_evalgate.policy import (
+    EVALGATE_GAP_RULE,
+    EVALGATE_QUALITY_RULES,
+    EVALGATE_VERDICTS,
+    EvalgatePolicy,
+    EvalgateRule,
+    evalgate_policy_digest,
+)
 
 # --------------------------------------------------------------------------- gate input
 

@@ -28,92 +28,19 @@ Contracts
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pydantic
 
 from pytest_evalgate import stats
-from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.stats import EvalgateSeed
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
-
-EVALGATE_GAP_RULE = "public_private_gap"
-
-_Strict = EVALGATE_STRICT_MODEL  # the one schema configuration (finite numbers included)
-_Names = Annotated[list[str], pydantic.Field(min_length=1)]
-
-
-class EvalgateGapSpec(pydantic.BaseModel):
-    """``{rule: public_private_gap, public: [..], private: [..], max_gap: g}`` in ``gate.yaml``."""
-
-    model_config = _Strict
-    rule: Literal["public_private_gap"]
-    public: _Names
-    private: _Names
-    max_gap: EvalgateUnit
-
-
-def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:
-    """Refuse, naming ``rules[i].public[j]`` or ``rules[i].private[j]``, a category given twice
-    in one list or in both lists of a ``public_private_gap`` rule (``gate.EvalgateRule``
-    values)."""
-    for rule in rules:
-        if rule.rule != EVALGATE_GAP_RULE:
-            continue
-        for key, names in (("public", rule.public), ("private", rule.private)):
-            for position, name in enumerate(names):
-                where = f"rules[{rule.index}].{key}[{position}]"
-                if name in names[:position]:
-                    raise EvalgatePolicyError(source, where, f"{name!r} is listed twice")
-                if key == "private" and name in rule.public:
-                    reason = f"{name!r} is both public and private"
-                    raise EvalgatePolicyError(source, where, reason)
 
 
 def evalgate_gap_name(private: Sequence[str]) -> str:
     """The target in the rule's name: ``public_private_gap[<private joined by +>]``."""
     return "+".join(private)
-
-
-def evalgate_check_gap_rules(
-    source: str,
-    rules: Iterable[Any],
-    categories: Collection[str],
-    private: Collection[str],
-    manifest: str,
-) -> None:
-    """Check every ``public_private_gap`` rule of a policy against its suite.
-
-    ``rules`` are ``gate.EvalgateRule`` values (``rule``, ``index``, ``public``, ``private``);
-    ``categories`` the suite's, ``private`` the manifest's held-out ones. Raises
-    ``EvalgatePolicyError(source, "rules[i].public[j]", reason)`` for the first wrong entry.
-    """
-    for rule in rules:
-        if rule.rule != EVALGATE_GAP_RULE:
-            continue
-        for key, names in (("public", rule.public), ("private", rule.private)):
-            for position, name in enumerate(names):
-                reason = _entry_problem(key, name, categories, private, manifest)
-                if reason:
-                    raise EvalgatePolicyError(
-                        source, f"rules[{rule.index}].{key}[{position}]", reason
-                    )
-
-
-def _entry_problem(
-    key: str, name: str, categories: Collection[str], private: Collection[str], manifest: str
-) -> str | None:
-    if name not in categories:
-        return f"no category {name!r} in the suite; categories: {', '.join(sorted(categories))}"
-    declared = ", ".join(sorted(private)) or "none"
-    if key == "private" and name not in private:
-        return f"{name!r} is not declared private in {manifest} (private: {declared})"
-    if key == "public" and name in private:
-        return f"{name!r} is declared private in {manifest}: a held-out set is not a public slice"
-    return None
 
 
 def _sub_seed(seed: EvalgateSeed, stream: int) -> list[int]:

@@ -13,56 +13,11 @@ exact bound). The numbers are returned as plain mappings; ``gate.py`` turns them
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
-import pydantic
 
 from pytest_evalgate import stats
-from pytest_evalgate.errors import EvalgatePolicyError
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
-
-EVALGATE_SINGLE_RULES = frozenset({"min_rate", "max_rate", "floor"})
-
-_Strict = EVALGATE_STRICT_MODEL
-_Unit = EvalgateUnit
-
-
-class EvalgateMinRateSpec(pydantic.BaseModel):
-    """``{slice: S, rule: min_rate, min: r}`` as written in ``gate.yaml``."""
-
-    model_config = _Strict
-    rule: Literal["min_rate"]
-    slice: str
-    min: _Unit
-
-
-class EvalgateMaxRateSpec(pydantic.BaseModel):
-    """``{metric: error_rate, rule: max_rate, max: r}`` as written in ``gate.yaml``."""
-
-    model_config = _Strict
-    rule: Literal["max_rate"]
-    metric: Literal["error_rate"]
-    max: _Unit
-
-
-def evalgate_check_single(source: str, baseline: str | None, rules: Iterable[Any]) -> None:
-    """Refuse, naming the rule, a rule that needs a baseline in a policy with ``baseline: null``.
-
-    ``rules`` are ``gate.EvalgateRule`` values (``rule`` and ``index`` are read). Raises
-    ``EvalgatePolicyError(source, "rules[i].rule", reason)`` for the first such rule.
-    """
-    if baseline is not None:
-        return
-    for rule in rules:
-        if rule.rule not in EVALGATE_SINGLE_RULES:
-            allowed = ", ".join(sorted(EVALGATE_SINGLE_RULES))
-            reason = (
-                f"rule {rule.rule!r} compares the candidate with a baseline, and the policy has "
-                f"baseline: null; a single-model policy may use {allowed}"
-            )
-            raise EvalgatePolicyError(source, f"rules[{rule.index}].rule", reason)
 
 
 def evalgate_min_rate(

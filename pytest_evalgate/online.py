@@ -14,7 +14,7 @@ Each rule is ``{metric: M, max: X | min: X, interval: 5m, window: 10m, failure_l
 measures, ``failure_limit`` how many failed measurements it tolerates. A bound must leave room for
 an equal canary: a delta's bound is away from 0 on the side it guards, a ratio's above 1 (so the
 traffic needed to judge a rule is finite, see ``canary.plan``). Online rules never take part in
-the offline verdict; ``gate.evalgate_load_policy`` validates them with the rest of the file.
+the offline verdict; ``policy.evalgate_load_policy`` validates them with the rest of the file.
 """
 
 from __future__ import annotations

@@ -19,16 +19,8 @@ from typing import Any
 
 import pytest
 
-from pytest_evalgate.aggregate import EvalgateSelection
-from pytest_evalgate.aggregate_items import evalgate_stored_outcomes
 from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.decide import (
-    evalgate_decide,
-    evalgate_load_suite_policy,
-    evalgate_pair,
-    evalgate_policy_path,
-)
 from pytest_evalgate.endpoints import EvalgateEndpointPool, evalgate_check_endpoints
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
 from pytest_evalgate.items import (
@@ -46,6 +38,8 @@ from pytest_evalgate.manifest import (
     evalgate_load_manifest,
 )
 from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_bodies, evalgate_perf_phase
+from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair, evalgate_policy_path
+from pytest_evalgate.preload import evalgate_preload_gate
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
 from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
@@ -76,7 +70,6 @@ from pytest_evalgate.shard import (
     evalgate_sub_shard,
     evalgate_worker_position,
 )
-from pytest_evalgate.stats import evalgate_preload_scipy
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,
@@ -89,6 +82,8 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
+from pytest_evalgate.store.table import EvalgateVerifiedSegments
+from pytest_evalgate.suitecheck import evalgate_expectation
 from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_policy, evalgate_tier_spec
 from pytest_evalgate.usage import evalgate_usage_errors
 
@@ -162,7 +157,8 @@ class EvalgatePlugin:
         self.judging: EvalgateJudgeStage | None = None  # judged suites only (SPEC section 10)
         self.judge_endpoints: EvalgateJudgeEndpoints | None = None
         self.run_paths: dict[int, str] = {}
-        self.preload: threading.Thread | None = None  # scipy.stats, imported during the run
+        self.verified = EvalgateVerifiedSegments()  # segments this process committed
+        self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
 
     def _topology(self) -> EvalgateTopology:
         text = self.config.getoption("evalgate_shard")
@@ -333,7 +329,7 @@ class EvalgatePlugin:
     def _gate(self, session: pytest.Session) -> None:
         self.gate_exit = 0
         if self.preload is not None:
-            self.preload.join()  # never two threads importing scipy at once
+            self.preload.join()  # never two threads importing the gate's modules at once
         if self.crashed and not self.selection:
             self.summary.append(
                 f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
@@ -344,6 +340,10 @@ class EvalgatePlugin:
             self._gate_suite(path)
 
     def _gate_suite(self, path: str) -> None:
+        # Imported here, not at start-up: the first request is not held for them (preload.py).
+        from pytest_evalgate.aggregate import EvalgateSelection
+        from pytest_evalgate.decide import evalgate_decide
+
         suite = self.evalgate_suite(path)
         assert suite is not None
         entry = self.selection[path]
@@ -363,6 +363,7 @@ class EvalgatePlugin:
                 perf=perf,
                 tier=self.config.getoption("evalgate_tier"),
                 report_text=bool(self.config.getoption("evalgate_report_text")),
+                verified=self.verified,
             )
         if refused:
             self.gate_exit = 1
@@ -444,7 +445,13 @@ class EvalgatePlugin:
         for run in runs.values():
             run.endpoints.update(self._endpoints(run.manifest))
         mine = self._prefetch(works)
-        writer = EvalgateSegmentWriter(self.backend, self.topology.shard_dir)
+        for run in runs.values():  # verified as committed: the gate need not parse them again
+            for name, prefix in run.prefixes.items():
+                expect = evalgate_expectation(run.manifest, name)
+                self.verified.evalgate_watch(prefix, expect, run.manifest.canary)
+        writer = EvalgateSegmentWriter(
+            self.backend, self.topology.shard_dir, on_commit=self.verified.evalgate_on_commit
+        )
         budget = next(iter(runs.values())).manifest.budget
         parts = self.topology.parts
         index = self.topology.part_index
@@ -466,7 +473,7 @@ class EvalgatePlugin:
         )
         self.runner.evalgate_start()
         if self._gates() and not hasattr(self.config, "workerinput"):
-            self.preload = evalgate_preload_scipy()
+            self.preload = evalgate_preload_gate()
         self.progress_line = self._progress_line()
         # Items, works and the manifest live until the process ends: frozen, the collections of
         # the item loop, pytest's final one and the interpreter's at exit skip them (10,000
@@ -475,6 +482,8 @@ class EvalgatePlugin:
         gc.freeze()
 
     def _load_outcomes(self, items: list[EvalgateItem]) -> None:
+        from pytest_evalgate.aggregate_items import evalgate_stored_outcomes  # aggregate mode only
+
         for path in sorted({item.suite_path for item in items}):
             suite = self.suites[path]
             assert suite is not None

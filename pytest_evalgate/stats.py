@@ -14,7 +14,6 @@ Contracts shared by every function here:
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,15 +29,6 @@ def _sps() -> Any:
     from scipy import stats
 
     return stats
-
-
-def evalgate_preload_scipy() -> threading.Thread:
-    """Import scipy.stats in a daemon thread and return it (join it before evaluating): a
-    gating session starts it when its requests start, so the import overlaps the network wait
-    instead of following the last answer."""
-    thread = threading.Thread(target=_sps, name="evalgate-preload-scipy", daemon=True)
-    thread.start()
-    return thread
 
 
 FloatArray = npt.NDArray[np.float64]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.store.reader import EvalgateExpectation
 
 EvalgateRecordCheck = Callable[[Mapping[str, Any]], "str | None"]
 """A record in, the reason it does not belong (or None)."""
@@ -58,3 +59,11 @@ def evalgate_suite_check(manifest: EvalgateManifest, candidate: str) -> Evalgate
         return evalgate_suite_problem(record, cases, repetitions, candidate)
 
     return check
+
+
+def evalgate_expectation(manifest: EvalgateManifest, name: str) -> EvalgateExpectation:
+    """What every stored record of candidate ``name`` must match: the definition digest, the
+    dataset revision, the candidate key, and this module's check against the suite."""
+    key = manifest.candidates[name].key
+    check = evalgate_suite_check(manifest, name)
+    return EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)

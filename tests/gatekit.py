@@ -8,6 +8,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
@@ -45,19 +46,19 @@ def make(
     )
 
 
-def policy(*rules: gate.EvalgateRule, **kwargs: object) -> gate.EvalgatePolicy:
+def policy(*rules: gate_policy.EvalgateRule, **kwargs: object) -> gate_policy.EvalgatePolicy:
     kwargs.setdefault("resamples", 200)
-    return gate.EvalgatePolicy(version="t", rules=rules, **kwargs)  # type: ignore[arg-type]
+    return gate_policy.EvalgatePolicy(version="t", rules=rules, **kwargs)  # type: ignore[arg-type]
 
 
 def on_slice(
     kind: str, name: str, threshold: float | None = None, index: int = 0
-) -> gate.EvalgateRule:
-    return gate.EvalgateRule(kind, index, slice=name, threshold=threshold)
+) -> gate_policy.EvalgateRule:
+    return gate_policy.EvalgateRule(kind, index, slice=name, threshold=threshold)
 
 
-def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> gate.EvalgateRule:
-    return gate.EvalgateRule(kind, index, metric=name, threshold=threshold)
+def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> gate_policy.EvalgateRule:
+    return gate_policy.EvalgateRule(kind, index, metric=name, threshold=threshold)
 
 
 def by_name(result: gate.EvalgateGateResult) -> dict[str, gate.EvalgateRuleResult]:

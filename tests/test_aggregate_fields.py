@@ -18,6 +18,7 @@ from aggregatekit import aggregation_path  # noqa: F401 (autouse: both paths)
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import (
     EvalgateAggregate,
     EvalgateRate,
@@ -180,8 +181,10 @@ def test_a_perf_rule_on_the_aggregated_input_sees_the_candidate_slower(
     # The named survivor: with the candidate's samples swapped for the baseline's, every ratio is 1.
     data = aggregate.gate_input
     assert data is not None
-    rule = gate.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", threshold=1.2)
-    (only,) = gate.evalgate_evaluate(gate.EvalgatePolicy("t", (rule,), resamples=200), data).rules
+    rule = gate_policy.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", threshold=1.2)
+    (only,) = gate.evalgate_evaluate(
+        gate_policy.EvalgatePolicy("t", (rule,), resamples=200), data
+    ).rules
     cand = np.percentile([tokens("candidate", i, r) for i, r in results("candidate")], 50,
                          method="inverted_cdf")  # fmt: skip
     base = np.percentile([tokens("baseline", i, r) for i, r in results("baseline")], 50,

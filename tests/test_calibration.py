@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_evalgate import gate, stats
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 
 
@@ -69,12 +70,12 @@ def gate_input(diffs: np.ndarray, labels: np.ndarray, categories: np.ndarray) ->
 
 def test_non_inferior_false_pass_rate_is_at_most_alpha_at_the_margin() -> None:
     margin = 0.05
-    rules = (gate.EvalgateRule("non_inferior", 0, slice="all", threshold=margin),)
+    rules = (gate_policy.EvalgateRule("non_inferior", 0, slice="all", threshold=margin),)
     rng = np.random.default_rng(99)
     runs, passes = 800, 0
     for run in range(runs):
         diffs, labels = clustered_diffs(rng, 100, effect=-margin)  # truly at -margin: must fail
-        policy = gate.EvalgatePolicy(version="cal", rules=rules, resamples=1_000, seed=run)
+        policy = gate_policy.EvalgatePolicy(version="cal", rules=rules, resamples=1_000, seed=run)
         data = gate_input(diffs, labels, np.full(diffs.size, "all-cases"))
         passes += gate.evalgate_evaluate(policy, data).rules[0].passed
     # The lower bound is one-sided 2.5 %; the false-pass rate must stay there (plus MC error).
@@ -109,9 +110,9 @@ def test_end_to_end_no_regression_star_with_holm_and_without() -> None:
         diffs = rng.normal(0.0, 1.0, 200 * 40)
         labels = np.arange(diffs.size)
         data = gate_input(diffs, labels, np.repeat(cats, 40))
-        rules = (gate.EvalgateRule("no_regression", 0, slice="*"),)
+        rules = (gate_policy.EvalgateRule("no_regression", 0, slice="*"),)
         for correction in ("holm", "none"):
-            policy = gate.EvalgatePolicy(
+            policy = gate_policy.EvalgatePolicy(
                 "cal", rules, correction=correction, resamples=2_000, seed=run
             )
             alarms = sum(not r.passed for r in gate.evalgate_evaluate(policy, data).rules)

@@ -30,7 +30,7 @@ from promkit import (
 )
 from suitekit import write_suite
 
-from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import (
     EvalgatePrometheus,
     evalgate_analysis_template,
@@ -74,7 +74,7 @@ class World:
     def __init__(self, prom: EvalgatePromServer, suite: Path) -> None:
         self.prom = prom
         self.suite = suite
-        self.policy = gate.evalgate_load_policy(suite / "gate.yaml")
+        self.policy = gate_policy.evalgate_load_policy(suite / "gate.yaml")
 
     def cli(self, capsys: Capsys, command: str, scenario: str, *extra: str) -> tuple[int, str, str]:
         """``evalgate canary COMMAND SUITE --selector scenario=... [--prometheus URL] EXTRA``."""

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from suitekit import DEFAULT_POLICY, write_suite
 
-from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import evalgate_analysis_template, evalgate_selector
 from pytest_evalgate.cli import main
 
@@ -77,7 +77,7 @@ def test_template_prints_the_analysis_of_the_suites_policy(
     )  # fmt: skip
     assert (status, err) == (0, "")
     (printed,) = [doc for doc in yaml.safe_load_all(out) if doc]
-    policy = gate.evalgate_load_policy(folder / "gate.yaml")
+    policy = gate_policy.evalgate_load_policy(folder / "gate.yaml")
     expected = evalgate_analysis_template(
         policy, "support-eval-online", "http://prom.monitoring:9090",
         selector=evalgate_selector(SELECTOR), namespace="serve-support",

@@ -17,7 +17,7 @@ import crdkit
 import jsonschema
 import pytest
 
-from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import (
     EvalgateRolloutOptions,
     evalgate_analysis_template,
@@ -72,8 +72,8 @@ def validate(obj: JSON, schemas: Validators) -> None:
     schemas[(obj["apiVersion"], obj["kind"])].validate(obj)
 
 
-def support_policy() -> gate.EvalgatePolicy:
-    return gate.evalgate_load_policy(SUPPORT_GATE)
+def support_policy() -> gate_policy.EvalgatePolicy:
+    return gate_policy.evalgate_load_policy(SUPPORT_GATE)
 
 
 def template(**kwargs: Any) -> JSON:
@@ -191,7 +191,7 @@ def test_template_has_one_metric_per_rule_with_its_numbers() -> None:
     assert rendered["kind"] == "AnalysisTemplate"
     assert rendered["metadata"]["namespace"] == "serve-support"
     annotations = rendered["metadata"]["annotations"]
-    assert annotations["evalgate.dev/policy-digest"] == gate.evalgate_policy_digest(policy)
+    assert annotations["evalgate.dev/policy-digest"] == gate_policy.evalgate_policy_digest(policy)
     metrics = rendered["spec"]["metrics"]
     assert [m["name"] for m in metrics] == [r.metric for r in policy.online]
     for metric, online in zip(metrics, policy.online, strict=True):

@@ -13,6 +13,7 @@ from gatekit import WORSE_BETTER, make, on_metric, on_slice, policy
 from scipy import stats as sps
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
@@ -108,7 +109,7 @@ def test_pairwise_reads_its_slice_and_names_the_judge() -> None:
 
 
 def test_judge_agreement_passes_on_the_lower_bound_and_blames_the_judge() -> None:
-    rule = gate.EvalgateRule("judge_agreement", 0, metric="kappa", threshold=0.4)
+    rule = gate_policy.EvalgateRule("judge_agreement", 0, metric="kappa", threshold=0.4)
     good = SimpleNamespace(n=30, kappa=0.7, lo=0.4, hi=0.9)
     bad = SimpleNamespace(n=30, kappa=0.5, lo=0.3, hi=0.7)
     (ok,) = gate.evalgate_evaluate(policy(rule), judged(good)).rules
@@ -143,23 +144,23 @@ def test_every_rule_kind_refuses_an_unknown_key_and_a_quoted_number(
     path = tmp_path / "gate.yaml"
     path.write_text(f"version: v\nrules:\n  - {RULE_LINES[kind]}, extra: 1}}\n")
     with pytest.raises(EvalgatePolicyError) as refused:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     assert refused.value.key == "rules[0].extra" and refused.value.reason == "unknown key"
     loaded = RULE_LINES[kind] + "}"
     path.write_text(f"version: v\nrules:\n  - {loaded}\n")
-    assert gate.evalgate_load_policy(path).rules[0].rule == kind
+    assert gate_policy.evalgate_load_policy(path).rules[0].rule == kind
     number = loaded.rsplit(": ", 1)
     if number[1][0].isdigit():  # a threshold: "0.1" as a string is refused, not coerced
         path.write_text(f"version: v\nrules:\n  - {number[0]}: '{number[1][:-1]}'}}\n")
         with pytest.raises(EvalgatePolicyError):
-            gate.evalgate_load_policy(path)
+            gate_policy.evalgate_load_policy(path)
 
 
 def test_policy_defaults_equal_the_files_defaults(tmp_path: Path) -> None:
     path = tmp_path / "gate.yaml"
     path.write_text("version: v\nrules: [{slice: all, rule: no_regression}]\n")
-    loaded = gate.evalgate_load_policy(path)
-    built = gate.EvalgatePolicy("v", loaded.rules)
+    loaded = gate_policy.evalgate_load_policy(path)
+    built = gate_policy.EvalgatePolicy("v", loaded.rules)
     assert built.to_dict() == loaded.to_dict()
     assert (built.resamples, built.seed, built.confidence, built.correction) == (
         10_000,

@@ -17,11 +17,12 @@ import yaml
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput
-from pytest_evalgate.decide import evalgate_load_suite_policy
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate_private import evalgate_gap_bootstrap, evalgate_gap_rule
 from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.policy import evalgate_load_suite_policy
 
 GAP = {"rule": "public_private_gap", "public": ["alpha", "beta"], "private": ["held"]}
 
@@ -128,14 +129,14 @@ def _input(cand_public: float, cand_private: float, n: int = 600) -> EvalgateGat
     )
 
 
-def _gap_rule(max_gap: float = 0.05) -> gate.EvalgateRule:
-    return gate.EvalgateRule(
+def _gap_rule(max_gap: float = 0.05) -> gate_policy.EvalgateRule:
+    return gate_policy.EvalgateRule(
         "public_private_gap", 0, threshold=max_gap, public=("alpha", "beta"), private=("held",)
     )
 
 
 def _evaluate(data: EvalgateGateInput) -> gate.EvalgateRuleResult:
-    policy = gate.EvalgatePolicy(version="t", rules=(_gap_rule(),), resamples=4000)
+    policy = gate_policy.EvalgatePolicy(version="t", rules=(_gap_rule(),), resamples=4000)
     (result,) = gate.evalgate_evaluate(policy, data).rules
     return result
 
@@ -185,12 +186,12 @@ def _policy(tmp_path: Path, *rules: dict[str, Any], **top: Any) -> Path:
 
 
 def test_the_rule_loads_and_keeps_its_groups_in_the_digest(tmp_path: Path) -> None:
-    policy = gate.evalgate_load_policy(_policy(tmp_path, _rule()))
+    policy = gate_policy.evalgate_load_policy(_policy(tmp_path, _rule()))
     (rule,) = policy.rules
     assert (rule.public, rule.private, rule.threshold) == (("alpha", "beta"), ("held",), 0.05)
     assert rule.to_dict() == {**GAP, "max_gap": 0.05}
-    other = gate.evalgate_load_policy(_policy(tmp_path, _rule(private=["beta2"])))
-    assert gate.evalgate_policy_digest(policy) != gate.evalgate_policy_digest(other)
+    other = gate_policy.evalgate_load_policy(_policy(tmp_path, _rule(private=["beta2"])))
+    assert gate_policy.evalgate_policy_digest(policy) != gate_policy.evalgate_policy_digest(other)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +209,7 @@ def test_a_bad_rule_is_refused_naming_file_and_key(
 ) -> None:
     path = _policy(tmp_path, _rule(**change))
     with pytest.raises(EvalgatePolicyError) as info:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     assert (info.value.source, info.value.key) == (str(path), key)
     assert reason in info.value.reason
 
@@ -216,7 +217,7 @@ def test_a_bad_rule_is_refused_naming_file_and_key(
 def test_a_single_model_policy_refuses_the_rule(tmp_path: Path) -> None:
     path = _policy(tmp_path, _rule(), baseline=None)
     with pytest.raises(EvalgatePolicyError) as info:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     assert info.value.key == "rules[0].rule"
     assert "'public_private_gap' compares the candidate with a baseline" in info.value.reason
 
@@ -295,7 +296,7 @@ def test_the_rule_is_checked_against_the_manifest(
 def test_a_gap_spec_takes_only_a_finite_number_in_0_1(bad: object) -> None:
     from pydantic import ValidationError
 
-    from pytest_evalgate.gate_private import EvalgateGapSpec
+    from pytest_evalgate.policy import EvalgateGapSpec
 
     spec = {"rule": "public_private_gap", "public": ["a"], "private": ["b"], "max_gap": bad}
     with pytest.raises(ValidationError):

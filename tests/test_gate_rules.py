@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
@@ -44,17 +45,17 @@ def make_input(
 
 
 def policy(
-    *rules: gate.EvalgateRule, resamples: int = 2_000, **kwargs: object
-) -> gate.EvalgatePolicy:
-    return gate.EvalgatePolicy(version="t", rules=rules, resamples=resamples, **kwargs)  # type: ignore[arg-type]
+    *rules: gate_policy.EvalgateRule, resamples: int = 2_000, **kwargs: object
+) -> gate_policy.EvalgatePolicy:
+    return gate_policy.EvalgatePolicy(version="t", rules=rules, resamples=resamples, **kwargs)  # type: ignore[arg-type]
 
 
 def rule(
     kind: str, target: str, threshold: float | None = None, index: int = 0
-) -> gate.EvalgateRule:
+) -> gate_policy.EvalgateRule:
     if kind in ("perf_ratio", "max_delta"):
-        return gate.EvalgateRule(kind, index, metric=target, threshold=threshold)
-    return gate.EvalgateRule(kind, index, slice=target, threshold=threshold)
+        return gate_policy.EvalgateRule(kind, index, metric=target, threshold=threshold)
+    return gate_policy.EvalgateRule(kind, index, slice=target, threshold=threshold)
 
 
 # --------------------------------------------------------------------------- policy parsing
@@ -84,7 +85,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_spec_policy_loads_with_every_key(tmp_path: Path) -> None:
-    loaded = gate.evalgate_load_policy(write(tmp_path, SPEC_POLICY))
+    loaded = gate_policy.evalgate_load_policy(write(tmp_path, SPEC_POLICY))
     assert (loaded.version, loaded.confidence, loaded.correction) == ("gate-v4", 0.95, "holm")
     assert (loaded.resamples, loaded.seed) == (10_000, 0)
     assert (loaded.candidate, loaded.baseline) == ("candidate", "baseline")
@@ -92,8 +93,12 @@ def test_spec_policy_loads_with_every_key(tmp_path: Path) -> None:
         "must_improve",
         "no_regression",
     ]
-    assert loaded.rules[1] == gate.EvalgateRule("non_inferior", 1, slice="billing", threshold=0.02)
-    assert loaded.rules[5] == gate.EvalgateRule("perf_ratio", 5, metric="ttft_p95", threshold=1.05)
+    assert loaded.rules[1] == gate_policy.EvalgateRule(
+        "non_inferior", 1, slice="billing", threshold=0.02
+    )
+    assert loaded.rules[5] == gate_policy.EvalgateRule(
+        "perf_ratio", 5, metric="ttft_p95", threshold=1.05
+    )
     assert loaded.rules[3].threshold is None
 
 
@@ -101,17 +106,23 @@ def test_policy_defaults_and_names(tmp_path: Path) -> None:
     text = (
         "version: v1\ncandidate: r17\nbaseline: r16\nrules: [{slice: all, rule: no_regression}]\n"
     )
-    loaded = gate.evalgate_load_policy(write(tmp_path, text))
+    loaded = gate_policy.evalgate_load_policy(write(tmp_path, text))
     assert (loaded.confidence, loaded.correction, loaded.resamples) == (0.95, "holm", 10_000)
     assert (loaded.candidate, loaded.baseline) == ("r17", "r16")
 
 
 def test_policy_digest_ignores_layout_and_comments_but_not_values(tmp_path: Path) -> None:
-    first = gate.evalgate_policy_digest(gate.evalgate_load_policy(write(tmp_path, SPEC_POLICY)))
+    first = gate_policy.evalgate_policy_digest(
+        gate_policy.evalgate_load_policy(write(tmp_path, SPEC_POLICY))
+    )
     relaid = SPEC_POLICY.replace("# two-sided interval", "").replace("all,       ", "all, ")
-    second = gate.evalgate_policy_digest(gate.evalgate_load_policy(write(tmp_path, relaid)))
+    second = gate_policy.evalgate_policy_digest(
+        gate_policy.evalgate_load_policy(write(tmp_path, relaid))
+    )
     changed = SPEC_POLICY.replace("margin: 0.02", "margin: 0.03")
-    third = gate.evalgate_policy_digest(gate.evalgate_load_policy(write(tmp_path, changed)))
+    third = gate_policy.evalgate_policy_digest(
+        gate_policy.evalgate_load_policy(write(tmp_path, changed))
+    )
     assert first == second != third
     assert len(first) == 64
 
@@ -179,7 +190,7 @@ def test_rule_refusal_names_file_key_and_reason(tmp_path: Path, case: str) -> No
         tmp_path, f"version: v1\nrules:\n  - {{slice: all, rule: no_regression}}\n  - {item}\n"
     )
     with pytest.raises(EvalgatePolicyError) as caught:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     expected_key = key.replace("rules[0]", "rules[1]")
     assert caught.value.source == str(path) and caught.value.key == expected_key
     assert reason in caught.value.reason
@@ -234,14 +245,14 @@ def test_top_level_refusal_names_file_key_and_reason(tmp_path: Path, case: str) 
     key, reason, text = TOP_REFUSALS[case]
     path = write(tmp_path, text)
     with pytest.raises(EvalgatePolicyError) as caught:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     assert (caught.value.source, caught.value.key) == (str(path), key)
     assert reason in caught.value.reason
 
 
 def test_missing_file_is_a_policy_error(tmp_path: Path) -> None:
     with pytest.raises(EvalgatePolicyError, match="cannot read"):
-        gate.evalgate_load_policy(tmp_path / "absent.yaml")
+        gate_policy.evalgate_load_policy(tmp_path / "absent.yaml")
 
 
 def test_unknown_slice_is_refused_at_evaluation_with_the_categories() -> None:
@@ -441,7 +452,7 @@ def test_results_are_deterministic_and_canonical_json_ready() -> None:
     evalgate_canonical_json(first)  # raises on NaN/inf or non-builtins
     assert first["rules"][1]["lo"] is None and first[
         "policy_digest"
-    ] == gate.evalgate_policy_digest(rules)
+    ] == gate_policy.evalgate_policy_digest(rules)
 
 
 # --------------------------------------------------------------------------- verdict

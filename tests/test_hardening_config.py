@@ -21,9 +21,9 @@ from suitekit import DEFAULT_POLICY, write_suite
 
 from pytest_evalgate.endpoint_url import evalgate_base_url_problem
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import evalgate_load_policy
 from pytest_evalgate.jsonlread import evalgate_json_value, evalgate_jsonl_rows
 from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.policy import evalgate_load_policy
 from pytest_evalgate.simulated import evalgate_parse_simulated_url
 
 

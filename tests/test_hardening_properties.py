@@ -26,8 +26,8 @@ from test_store import EXPECT, PREFIX, record
 
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import EvalgatePolicy, evalgate_load_policy
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.policy import EvalgatePolicy, evalgate_load_policy
 from pytest_evalgate.store import EvalgateLocalStore, evalgate_read_generation, evalgate_seal
 
 BOUNDED = settings(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import evalgate_load_policy
 from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.policy import evalgate_load_policy
 from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
 from tests.suitekit import write_suite
 

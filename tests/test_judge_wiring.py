@@ -14,7 +14,7 @@ from judgekit import set_judge, write_judged_suite
 from suitekit import make_cases
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import evalgate_evaluate, evalgate_load_policy
+from pytest_evalgate.gate import evalgate_evaluate
 from pytest_evalgate.gate_judge import evalgate_judge_rule
 from pytest_evalgate.judge.agreement import EvalgateGoldenPointwise, evalgate_pointwise_agreement
 from pytest_evalgate.judge.pairwise import (
@@ -26,6 +26,7 @@ from pytest_evalgate.judge.spec import EvalgateJudgeScale
 from pytest_evalgate.judged import EvalgateJudgeFacts, evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.manifest_judge import evalgate_definition_evaluator
+from pytest_evalgate.policy import evalgate_load_policy
 from pytest_evalgate.runner.judging import evalgate_judged_view
 from pytest_evalgate.simulated.answers import evalgate_load_answer_key
 from pytest_evalgate.simulated.judge_style import (

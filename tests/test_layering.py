@@ -22,7 +22,7 @@ PURE = {
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
     "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
     "polyaxon", "polyaxon_check", "revision",
-    "aggregate_table",
+    "aggregate_table", "policy",
 }  # fmt: skip
 PURE |= {"capacity", "capacity_store", "probe", "probe_load"}  # issue 16 part B
 EDGE = "cli"

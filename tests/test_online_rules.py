@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_evalgate import gate
+from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.online import (
@@ -37,7 +38,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_every_metric_loads_with_its_bound_and_defaults(tmp_path: Path) -> None:
-    policy = gate.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
+    policy = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
     assert [rule.metric for rule in policy.online] == list(EVALGATE_ONLINE_METRICS)
     first, ttft, tpot, length, judge = policy.online
     assert first == EvalgateOnlineRule("error_rate_delta", "max", 0.002, "1m", "5m", 1, 0)
@@ -51,8 +52,8 @@ def test_every_metric_loads_with_its_bound_and_defaults(tmp_path: Path) -> None:
 def test_to_dict_round_trips_through_the_loader(tmp_path: Path) -> None:
     import yaml
 
-    policy = gate.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
-    again = gate.evalgate_load_policy(write(tmp_path, yaml.safe_dump(policy.to_dict())))
+    policy = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
+    again = gate_policy.evalgate_load_policy(write(tmp_path, yaml.safe_dump(policy.to_dict())))
     assert again.online == policy.online
     assert again.to_dict()["online"][4] == {
         "metric": "judge_score_delta", "min": -0.01, "interval": "5m", "window": "2h",
@@ -61,19 +62,23 @@ def test_to_dict_round_trips_through_the_loader(tmp_path: Path) -> None:
 
 
 def test_a_policy_without_online_rules_keeps_its_digest(tmp_path: Path) -> None:
-    plain = gate.evalgate_load_policy(write(tmp_path, OFFLINE))
+    plain = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE))
     assert plain.online == () and "online" not in plain.to_dict()
-    hand_made = gate.EvalgatePolicy(version="t", rules=plain.rules)
-    assert gate.evalgate_policy_digest(plain) == gate.evalgate_policy_digest(hand_made)
-    empty = gate.evalgate_load_policy(write(tmp_path, OFFLINE + "online: []\n"))
-    assert gate.evalgate_policy_digest(empty) == gate.evalgate_policy_digest(plain)
+    hand_made = gate_policy.EvalgatePolicy(version="t", rules=plain.rules)
+    assert gate_policy.evalgate_policy_digest(plain) == gate_policy.evalgate_policy_digest(
+        hand_made
+    )
+    empty = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + "online: []\n"))
+    assert gate_policy.evalgate_policy_digest(empty) == gate_policy.evalgate_policy_digest(plain)
 
 
 def test_online_rules_are_part_of_the_policy_digest(tmp_path: Path) -> None:
-    with_online = gate.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
-    looser = gate.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE.replace("1.15", "1.2")))
-    plain = gate.evalgate_load_policy(write(tmp_path, OFFLINE))
-    digests = {gate.evalgate_policy_digest(p) for p in (with_online, looser, plain)}
+    with_online = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
+    looser = gate_policy.evalgate_load_policy(
+        write(tmp_path, OFFLINE + ONLINE.replace("1.15", "1.2"))
+    )
+    plain = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE))
+    digests = {gate_policy.evalgate_policy_digest(p) for p in (with_online, looser, plain)}
     assert len(digests) == 3
 
 
@@ -92,7 +97,7 @@ def _gate_input(seed: int = 0) -> EvalgateGateInput:
 
 
 def test_online_rules_take_no_part_in_the_offline_verdict(tmp_path: Path) -> None:
-    with_online = gate.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
+    with_online = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
     plain = dataclasses.replace(with_online, online=())
     data = _gate_input()
     results = gate.evalgate_evaluate(with_online, data)
@@ -103,7 +108,7 @@ def test_online_rules_take_no_part_in_the_offline_verdict(tmp_path: Path) -> Non
 
 
 def test_the_support_suite_carries_online_rules() -> None:
-    policy = gate.evalgate_load_policy(REPO / "suites" / "support" / "gate.yaml")
+    policy = gate_policy.evalgate_load_policy(REPO / "suites" / "support" / "gate.yaml")
     assert {rule.metric for rule in policy.online} == set(EVALGATE_ONLINE_METRICS)
 
 
@@ -201,7 +206,7 @@ def test_refusal_names_file_key_and_reason(tmp_path: Path, case: str) -> None:
     text, key, reason = REFUSALS[case]
     path = write(tmp_path, OFFLINE + text)
     with pytest.raises(EvalgatePolicyError) as caught:
-        gate.evalgate_load_policy(path)
+        gate_policy.evalgate_load_policy(path)
     error = caught.value
     assert isinstance(error, EvalgateConfigError)  # so the console script exits 4
     assert (error.source, error.key) == (str(path), key)

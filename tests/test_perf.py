@@ -32,7 +32,7 @@ from scipy import stats as sps
 from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.gate import EvalgatePolicy, EvalgateRule, evalgate_evaluate
+from pytest_evalgate.gate import evalgate_evaluate
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf import (
@@ -45,6 +45,7 @@ from pytest_evalgate.perf import (
     evalgate_perf_plan,
     evalgate_run_perf,
 )
+from pytest_evalgate.policy import EvalgatePolicy, EvalgateRule
 from pytest_evalgate.simulated import EvalgateSimServer, evalgate_parse_simulated_url
 
 SUPPORT = Path(__file__).resolve().parents[1] / "suites" / "support" / "evalgate.yaml"

@@ -200,9 +200,7 @@ def test_the_committer_runs_in_its_own_thread(tmp_path: Path) -> None:
     seen: list[str] = []
 
     class Recording(EvalgateLocalStore):
-        def evalgate_write_atomic(
-            self, relpath: str, data: bytes, *, durable: bool = True
-        ) -> None:
+        def evalgate_write_atomic(self, relpath: str, data: bytes, *, durable: bool = True) -> None:
             seen.append(threading.current_thread().name)
             super().evalgate_write_atomic(relpath, data, durable=durable)
 

@@ -15,12 +15,19 @@ import numpy as np
 import pytest
 from test_store_exact import EXPECT, PREFIX, errored, line, put, record
 
-from pytest_evalgate.store import EvalgateLocalStore, evalgate_use_generation
+from pytest_evalgate.store import (
+    EvalgateExpectation,
+    EvalgateLocalStore,
+    EvalgateSegmentWriter,
+    evalgate_use_generation,
+)
+from pytest_evalgate.store import table as table_module
 from pytest_evalgate.store.table import (
     EVALGATE_ERROR_ONLY,
     EVALGATE_NO_RECORD,
     EVALGATE_RESULT,
     EvalgateCandidateTable,
+    EvalgateVerifiedSegments,
     evalgate_read_table,
 )
 
@@ -133,3 +140,93 @@ def test_the_first_error_stays_until_a_result_replaces_it(store: EvalgateLocalSt
     again = table(store)
     assert again.state[1, 0] == EVALGATE_RESULT and again.problems == []
     assert np.isclose(again.score[1, 0], 1.0) and bool(again.passed[1, 0])
+
+
+# -- segments this process committed and verified (EvalgateVerifiedSegments) ---------------
+
+
+def _columns(read: EvalgateCandidateTable) -> tuple[object, ...]:
+    # repr: NaN (no score, no sample) compares equal to itself there
+    arrays = (read.state, read.score, read.passed, read.category, read.error, read.leaked)
+    perf = tuple(repr(values.tolist()) for _, values in sorted(read.perf.items()))
+    problems = [(p.file, p.line, p.identity, p.reason) for p in read.problems]
+    return (*(repr(a.tolist()) for a in arrays), perf, read.names, read.duplicates, problems)
+
+
+def _committed(store: EvalgateLocalStore, verified: EvalgateVerifiedSegments) -> list[str]:
+    """Two segments through a real writer whose commits feed ``verified``, and one written
+    by another process (not verified here); returns the written paths."""
+    verified.evalgate_watch(PREFIX, EXPECT, "CANARY-1")
+    writer = EvalgateSegmentWriter(
+        store, "shard-0-of-1", writer="me", on_commit=verified.evalgate_on_commit
+    )
+    for rec in (record("a"), errored("b"), record("c", rep=1, output="says CANARY-1")):
+        writer.evalgate_add(PREFIX, rec)
+    writer.evalgate_commit()
+    for rec in (record("a"), record("b", rep=1, output="41"), record("z")):
+        writer.evalgate_add(PREFIX, rec)
+    writer.evalgate_add(PREFIX, record("c", definition_digest="f" * 64))  # foreign
+    writer.evalgate_commit()
+    other = put(store, "seg-other", line(record("a", output="40")) + line(record("c")))
+    return [*sorted(store.evalgate_list(PREFIX)), other]
+
+
+def _read(store: EvalgateLocalStore, verified: EvalgateVerifiedSegments | None) -> object:
+    fresh = EvalgateCandidateTable(ROWS, 2, "CANARY-1")
+    return evalgate_read_table(store, PREFIX, EXPECT, fresh, verified)
+
+
+def test_verified_segments_are_replayed_to_exactly_what_a_fresh_read_gives(
+    store: EvalgateLocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verified = EvalgateVerifiedSegments()
+    _committed(store, verified)
+    assert len(verified) == 2  # the writer's own two segments, not the other process's
+    plain = _read(store, None)
+    parsed: list[bytes] = []
+    real = table_module.evalgate_verify_line
+
+    def counting(data: bytes, expect: object) -> object:
+        parsed.append(data)
+        return real(data, expect)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(table_module, "evalgate_verify_line", counting)
+    replayed = _read(store, verified)
+    assert isinstance(plain, EvalgateCandidateTable) and isinstance(
+        replayed, EvalgateCandidateTable
+    )
+    assert _columns(replayed) == _columns(plain)
+    assert len(parsed) == 2  # only the other process's segment was parsed again
+    # what the replay reproduces is not trivial: a leak, an error, a conflict, a foreign line
+    assert bool(plain.leaked[2, 1]) and plain.state[1, 0] == EVALGATE_ERROR_ONLY
+    reasons = " | ".join(p.reason for p in plain.problems)
+    assert "foreign definition digest" in reasons and "conflict" in reasons.lower()
+
+
+def test_a_verified_segment_whose_bytes_changed_is_verified_again(
+    store: EvalgateLocalStore,
+) -> None:
+    verified = EvalgateVerifiedSegments()
+    first, *_ = _committed(store, verified)
+    path = Path(store.root) / first
+    os.chmod(path, 0o644)
+    path.write_bytes(path.read_bytes().replace(b'"output":"42"', b'"output":"43"', 1))
+    replayed = _read(store, verified)
+    assert isinstance(replayed, EvalgateCandidateTable)
+    assert _columns(replayed) == _columns(_read(store, None))  # type: ignore[arg-type]
+    assert any("checksum mismatch" in p.reason and p.file == first for p in replayed.problems)
+
+
+def test_a_verified_segment_is_not_replayed_under_another_expectation_or_canary(
+    store: EvalgateLocalStore,
+) -> None:
+    verified = EvalgateVerifiedSegments()
+    _committed(store, verified)
+    other = EvalgateExpectation(EXPECT.definition_digest, "another-revision", EXPECT.candidate_key)
+    read = evalgate_read_table(store, PREFIX, other, EvalgateCandidateTable(ROWS, 2), verified)
+    plain = evalgate_read_table(store, PREFIX, other, EvalgateCandidateTable(ROWS, 2))
+    assert _columns(read) == _columns(plain) and read.state.sum() == 0
+    no_canary = evalgate_read_table(
+        store, PREFIX, EXPECT, EvalgateCandidateTable(ROWS, 2), verified
+    )
+    assert not no_canary.leaked.any()  # the replay kept CANARY-1's flags: not used here

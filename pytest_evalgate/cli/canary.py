@@ -21,8 +21,8 @@ from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
     from pytest_evalgate.canary import EvalgateRolloutOptions
-    from pytest_evalgate.gate import EvalgatePolicy
     from pytest_evalgate.manifest import EvalgateManifest
+    from pytest_evalgate.policy import EvalgatePolicy
 
 EVALGATE_DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 
@@ -139,8 +139,8 @@ def _run(args: argparse.Namespace) -> bool | None:
 
 def _load(args: argparse.Namespace) -> tuple[EvalgateManifest, EvalgatePolicy]:
     from pytest_evalgate.canary import evalgate_online_rules_of
-    from pytest_evalgate.decide import evalgate_load_suite_policy
     from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.policy import evalgate_load_suite_policy
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     policy = evalgate_load_suite_policy(manifest, args.policy)

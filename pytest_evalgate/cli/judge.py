@@ -89,7 +89,7 @@ def _number(value: float | None) -> str:
 
 
 def _rejudge(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.decide import evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair
     from pytest_evalgate.rejudge import evalgate_rejudge
 
     backend, manifest = _load(args)

@@ -74,9 +74,10 @@ def _gate(args: argparse.Namespace) -> bool:
 
 def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     from pytest_evalgate.aggregate import EvalgateSelection
-    from pytest_evalgate.decide import evalgate_decide, evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.decide import evalgate_decide
     from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.perf import evalgate_perf_phase
+    from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair
     from pytest_evalgate.store import evalgate_open_store
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))

@@ -223,3 +223,8 @@ def _sim_knob_text(value: Any) -> str:
     if isinstance(value, bool):
         return str(int(value))
     return value if isinstance(value, str) else repr(value)
+
+
+def evalgate_sim_base_url(port: int) -> str:
+    """``http://127.0.0.1:PORT/v1``: where a simulator on ``port`` serves."""
+    return f"http://127.0.0.1:{port}/v1"

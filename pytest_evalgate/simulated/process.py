@@ -16,8 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.simulated.knobs import EvalgateSimConfig
-from pytest_evalgate.simulated.server import evalgate_sim_base_url
+from pytest_evalgate.simulated.knobs import EvalgateSimConfig, evalgate_sim_base_url
 from pytest_evalgate.simulated.spec import (
     EvalgateSimSpec,
     evalgate_sim_ready_port,

@@ -19,16 +19,11 @@ from typing import Any, TextIO
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.simulated.answers import evalgate_load_answer_key
 from pytest_evalgate.simulated.app import EvalgateSimApp
-from pytest_evalgate.simulated.knobs import EvalgateSimConfig
+from pytest_evalgate.simulated.knobs import EvalgateSimConfig, evalgate_sim_base_url
 from pytest_evalgate.simulated.protocol import EvalgateSimProtocol
 from pytest_evalgate.simulated.styles import evalgate_sim_answerer
 
 _PARENT_POLL_S = 0.5
-
-
-def evalgate_sim_base_url(port: int) -> str:
-    """``http://127.0.0.1:PORT/v1``."""
-    return f"http://127.0.0.1:{port}/v1"
 
 
 async def _sim_listen(

@@ -18,14 +18,26 @@ conflicts reported exactly as ``reader`` does; aggregation never counts them.
 ``EvalgateCandidateTable(check=...)`` is the one per-record point after verification: a check
 against the suite (category, cluster, case id, repetition, score range) returns a reason and the
 record becomes a problem instead of entering the columns (``_take``).
+
+Segments this process committed need not be parsed twice. ``EvalgateVerifiedSegments`` holds,
+per committed segment, the sha256 of its bytes and the outcome of verifying each of its lines
+(the same ``evalgate_verify_line`` with the same expectation and check, run on those very bytes
+right after the commit, while the requests are still out). ``evalgate_read_table(verified=...)``
+still lists and reads every segment; when a segment's bytes hash to the digest it was verified
+under (and with the same expectation and canary), its lines are replayed from that outcome in
+their place in the listing, instead of being parsed again. Any other segment, or one whose bytes
+changed, is verified line by line as always, so a tampered file is found as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from array import array
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +71,85 @@ EVALGATE_TABLE_PERF = {
     "output_tokens": ("usage", "completion_tokens"),
 }
 """The perf samples a table keeps per result (NaN when the record has no number there)."""
+
+
+class EvalgateTaken(NamedTuple):
+    """What the table keeps of one verified record (``evalgate_taken``)."""
+
+    key: EvalgateIdentity
+    error: str | None  # the error's category; None for a result
+    mark: bytes  # the content fingerprint (results only)
+    score: float
+    passed: bool
+    category: str
+    leaked: bool
+    perf: tuple[float, ...]  # in EVALGATE_TABLE_PERF order
+
+
+class EvalgateLineOutcome(NamedTuple):
+    """One line of a segment, verified: its number, and what it gave (``taken``) or why it is a
+    problem (``identity`` as problems name it, ``reason``)."""
+
+    number: int
+    taken: EvalgateTaken | None
+    identity: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EvalgateVerifiedSegment:
+    """A committed segment, verified once: the digest of its bytes and each line's outcome."""
+
+    digest: bytes
+    expect: tuple[str, str, str]  # (definition digest, dataset revision, candidate key)
+    canary: str | None
+    lines: tuple[EvalgateLineOutcome, ...]
+
+
+class EvalgateVerifiedSegments:
+    """The segments this process committed, verified as they were committed (thread-safe:
+    the committer thread adds, the gate reads)."""
+
+    def __init__(self) -> None:
+        self._segments: dict[str, EvalgateVerifiedSegment] = {}
+        self._watched: list[tuple[str, EvalgateExpectation, str | None]] = []
+        self._lock = threading.Lock()
+
+    def evalgate_watch(self, prefix: str, expect: EvalgateExpectation, canary: str | None) -> None:
+        """Verify what is committed under the folder ``prefix`` with ``expect`` and ``canary``
+        (the expectation and canary the gate will read that candidate folder with)."""
+        self._watched.append((prefix.rstrip("/") + "/", expect, canary))
+
+    def evalgate_on_commit(self, relpath: str, data: bytes) -> None:
+        """A segment writer's ``on_commit``: verify a committed segment under a watched folder."""
+        for prefix, expect, canary in self._watched:
+            if relpath.startswith(prefix):
+                self.evalgate_add(relpath, data, expect, canary)
+                return
+
+    def evalgate_add(
+        self, relpath: str, data: bytes, expect: EvalgateExpectation, canary: str | None
+    ) -> None:
+        """Verify ``data`` (committed at ``relpath``) line by line and keep the outcome."""
+        lines = tuple(_verified_lines(data, expect, canary))
+        entry = EvalgateVerifiedSegment(
+            hashlib.sha256(data).digest(), _expect_key(expect), canary, lines
+        )
+        with self._lock:
+            self._segments[relpath] = entry
+
+    def evalgate_get(self, relpath: str) -> EvalgateVerifiedSegment | None:
+        """The outcome kept for ``relpath``, if this process committed it."""
+        with self._lock:
+            return self._segments.get(relpath)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._segments)
+
+
+def _expect_key(expect: EvalgateExpectation) -> tuple[str, str, str]:
+    return (expect.definition_digest, expect.dataset_revision, expect.candidate_key)
 
 
 class EvalgateCandidateTable:
@@ -157,9 +248,11 @@ def evalgate_read_table(
     prefix: str,
     expect: EvalgateExpectation,
     table: EvalgateCandidateTable,
+    verified: EvalgateVerifiedSegments | None = None,
 ) -> EvalgateCandidateTable:
     """Stream the newest generation of the candidate folder ``prefix`` into ``table``
-    (a folder without generations is read whole, as ``reader.evalgate_read_candidate``)."""
+    (a folder without generations is read whole, as ``reader.evalgate_read_candidate``);
+    segments found in ``verified`` with the same bytes are replayed, not parsed again."""
     try:
         generations = evalgate_generations(backend, prefix)
         folder = evalgate_generation_prefix(prefix, generations[-1]) if generations else prefix
@@ -180,38 +273,93 @@ def evalgate_read_table(
             reason = f"unreadable segment: {exc.strerror or exc}"
             table.problems.append(EvalgateStoreProblem(relpath, 0, "<segment>", reason))
             continue
-        for number, line in evalgate_segment_lines(data):
-            record, reason = evalgate_verify_line(line, expect)
-            if record is not None and table.check is not None:
-                reason = table.check(record)
-                record = None if reason else record
-            if record is None:
+        for outcome in _segment_outcomes(data, relpath, expect, table, verified):
+            if outcome.taken is None:
                 problem = EvalgateStoreProblem(
-                    relpath, number, evalgate_identity_text(line), reason
+                    relpath, outcome.number, outcome.identity, outcome.reason
                 )
                 table.problems.append(problem)
             else:
-                _take(table, record, file, number)
+                _take_row(table, outcome.taken, file, outcome.number)
     return table
 
 
-def _take(table: EvalgateCandidateTable, record: EvalgateRecord, file: int, number: int) -> None:
-    """One verified record into the table (the single per-record point of the stream)."""
+def _segment_outcomes(
+    data: bytes,
+    relpath: str,
+    expect: EvalgateExpectation,
+    table: EvalgateCandidateTable,
+    verified: EvalgateVerifiedSegments | None,
+) -> Iterator[EvalgateLineOutcome] | tuple[EvalgateLineOutcome, ...]:
+    entry = None if verified is None or table.check is not None else verified.evalgate_get(relpath)
+    if (
+        entry is not None
+        and entry.expect == _expect_key(expect)
+        and entry.canary == table.canary
+        and hashlib.sha256(data).digest() == entry.digest
+    ):
+        return entry.lines
+    return _verified_lines(data, expect, table.canary, table.check)
+
+
+def _verified_lines(
+    data: bytes,
+    expect: EvalgateExpectation,
+    canary: str | None,
+    check: EvalgateRecordCheck | None = None,
+) -> Iterator[EvalgateLineOutcome]:
+    """Each line of a segment, verified (the stream's checks, in its order)."""
+    for number, line in evalgate_segment_lines(data):
+        record, reason = evalgate_verify_line(line, expect)
+        if record is not None and check is not None:
+            reason = check(record)
+            record = None if reason else record
+        if record is None:
+            yield EvalgateLineOutcome(number, None, evalgate_identity_text(line), reason)
+        else:
+            yield EvalgateLineOutcome(number, evalgate_taken(record, canary), "", "")
+
+
+def evalgate_taken(record: EvalgateRecord, canary: str | None) -> EvalgateTaken:
+    """What the table keeps of one verified record (its fingerprint only for a result)."""
     key = EvalgateIdentity.evalgate_from(record["identity"])
+    error = record["error"]
+    if error is not None:
+        return EvalgateTaken(key, error["category"], b"", math.nan, False, "", False, ())
+    score = record["score"]
+    perf = []
+    for group, member in EVALGATE_TABLE_PERF.values():
+        value = (record.get(group) or {}).get(member)  # type: ignore[attr-defined]
+        # Tolerant: a hand-made store may leave a timing out; it is then no sample.
+        perf.append(value if isinstance(value, int | float) else math.nan)
+    return EvalgateTaken(
+        key,
+        None,
+        _fingerprint(record),
+        score if isinstance(score, int | float) else math.nan,
+        bool(record["passed"]),
+        record["category"],
+        canary is not None and canary != "" and canary in (record["output"] or ""),
+        tuple(perf),
+    )
+
+
+def _take_row(table: EvalgateCandidateTable, taken: EvalgateTaken, file: int, number: int) -> None:
+    """One verified record into the table (the single per-record point of the stream)."""
+    key = taken.key
     row = table.rows.get(key.case_id)
     if row is None or not 0 <= key.repetition < table.repetitions:
-        if record["error"] is None:
-            _outside(table, key, record, f"{table._files[file]}:{number}")
+        if taken.error is None:
+            _outside(table, key, taken.mark, f"{table._files[file]}:{number}")
         return
     cell = row * table.repetitions + key.repetition
     state = table._state[cell]
-    error = record["error"]
-    if error is not None:
+    if taken.error is not None:
         if state == EVALGATE_NO_RECORD:  # the first error counts, until a result supersedes it
             table._state[cell] = EVALGATE_ERROR_ONLY
-            table._error[cell] = table._code(error["category"])
+            table._error[cell] = table._code(taken.error)
         return
-    mark = _fingerprint(record)
+    mark = taken.mark
     if state == EVALGATE_RESULT:
         if table._print[16 * cell : 16 * cell + 16] == mark:
             table.duplicates += 1
@@ -225,22 +373,15 @@ def _take(table: EvalgateCandidateTable, record: EvalgateRecord, file: int, numb
     table._print[16 * cell : 16 * cell + 16] = mark
     table._where[2 * cell] = file
     table._where[2 * cell + 1] = number
-    score = record["score"]
-    table._score[cell] = score if isinstance(score, int | float) else math.nan
-    table._passed[cell] = 1 if record["passed"] else 0
-    table._category[cell] = table._code(record["category"])
-    if table.canary:
-        table._leaked[cell] = table.canary in (record["output"] or "")
-    for metric, (group, member) in EVALGATE_TABLE_PERF.items():
-        value = (record.get(group) or {}).get(member)  # type: ignore[attr-defined]
-        # Tolerant: a hand-made store may leave a timing out; it is then no sample.
-        table._perf[metric][cell] = value if isinstance(value, int | float) else math.nan
+    table._score[cell] = taken.score
+    table._passed[cell] = 1 if taken.passed else 0
+    table._category[cell] = table._code(taken.category)
+    table._leaked[cell] = 1 if taken.leaked else 0
+    for metric, value in zip(EVALGATE_TABLE_PERF, taken.perf, strict=True):
+        table._perf[metric][cell] = value
 
 
-def _outside(
-    table: EvalgateCandidateTable, key: EvalgateIdentity, record: EvalgateRecord, place: str
-) -> None:
-    mark = _fingerprint(record)
+def _outside(table: EvalgateCandidateTable, key: EvalgateIdentity, mark: bytes, place: str) -> None:
     first = table._outside.get(key)
     if first is None:
         table._outside[key] = (mark, place)

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from pytest_evalgate.canonical import evalgate_canonical_json
@@ -51,8 +51,10 @@ class EvalgateSegmentWriter:
         writer: str | None = None,
         max_records: int = 512,
         max_age_s: float = 0.5,
+        on_commit: Callable[[str, bytes], None] | None = None,
     ) -> None:
         self.backend = backend
+        self.on_commit = on_commit  # (relpath, bytes) of each segment once it is visible
         self.shard_dir = shard_dir
         self.writer = writer or evalgate_writer_id()
         self.max_records = max_records
@@ -103,16 +105,18 @@ class EvalgateSegmentWriter:
     def evalgate_write(self, segments: list[EvalgateSegment]) -> None:
         """Make taken segments visible atomically, one by one; counts them in ``committed``."""
         for relpath, data, records in segments:
-            self._publish(relpath, data)
+            published = self._publish(relpath, data)
             self.committed += records
+            if self.on_commit is not None:
+                self.on_commit(published, data)
 
-    def _publish(self, relpath: str, data: bytes) -> None:
+    def _publish(self, relpath: str, data: bytes) -> str:
         # A taken name (another writer won the race for it) is not an error: the records go
         # under this writer's next sequence number instead; what was published stays as it is.
         for _ in range(_PUBLISH_TRIES):
             try:
                 self.backend.evalgate_write_atomic(relpath, data)
-                return
+                return relpath
             except FileExistsError:
                 relpath = self._renamed(relpath)
             except OSError as exc:
