@@ -45,6 +45,9 @@ class EvalgateSession(Protocol):
     def evalgate_wants_candidate(self, name: str) -> bool:
         """Whether the candidate is selected."""
 
+    def evalgate_start_early(self, path: str) -> None:
+        """Start requesting the suite's identities while its items are being built."""
+
     def evalgate_record_for(self, item: EvalgateItem) -> Mapping[str, Any]:
         """The record of ``item`` (blocks until the runner has it)."""
 
@@ -61,6 +64,7 @@ class EvalgateFile(pytest.File):
         suite = plugin.evalgate_suite(str(self.path))
         if suite is None:
             return
+        plugin.evalgate_start_early(str(self.path))  # requests while the items are built
         for name in suite.manifest.candidates:
             if plugin.evalgate_wants_candidate(name):
                 yield EvalgateCandidateNode.from_parent(self, name=name)

@@ -182,7 +182,10 @@ class EvalgateRunner:
         self._writer = writer
         self._limits = limits
         self._concurrency = max(1, concurrency)
-        self._window = window or 4 * self._concurrency + 64
+        # 16 per slot: a runner started while pytest still collects (session.evalgate_start_early)
+        # is not pumped until the item loop, so its first window is all the child gets to do
+        # meanwhile (~0.8 s of requests at 64 in flight against a 50 ms endpoint).
+        self._window = window or max(4 * self._concurrency + 64, 16 * self._concurrency)
         self._log = log
         self._on_record = on_record  # the judging stage: a case is judged once answered
         self._next = 0  # the next position in ``_works`` to send
@@ -215,6 +218,18 @@ class EvalgateRunner:
             self._concurrency, self._limits, self._journal_store, self._writer.writer
         )
         self._outbox.append(evalgate_encode(setup))
+        self._fill()
+        self._flush()
+
+    def evalgate_confirm(self, works: Sequence[EvalgateWork]) -> None:
+        """Run ``works`` (the collected items' works, in their order) instead of the works the
+        runner started with (``session.evalgate_start_early`` starts it on the suite's own
+        while pytest collects). A work sent before and not among ``works`` is still answered,
+        sealed and committed, never waited for; one not sent yet is never sent."""
+        self._works = list(works)
+        self._next = 0
+        wanted = {work.key for work in self._works}
+        self.progress.expected = len(self._works) + sum(key not in wanted for key in self._sent)
         self._fill()
         self._flush()
 
