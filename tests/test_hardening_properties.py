@@ -29,6 +29,7 @@ from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.policy import EvalgatePolicy, evalgate_load_policy
 from pytest_evalgate.store import EvalgateLocalStore, evalgate_read_generation, evalgate_seal
+from pytest_evalgate.store.records import evalgate_seal_line
 
 BOUNDED = settings(
     max_examples=60,
@@ -256,3 +257,15 @@ def test_any_changed_record_is_read_or_is_a_problem(
 @given(blob=st.binary(max_size=300).filter(lambda b: b"\n" not in b))
 def test_any_bytes_as_a_record_are_a_problem(store_root: Path, blob: bytes) -> None:
     _read_one(store_root, blob)
+
+
+@BOUNDED
+@given(output=st.text(max_size=40), category=st.text(max_size=20), cluster=st.text(max_size=20))
+def test_a_sealed_line_is_always_the_canonical_json_of_its_record(
+    output: str, category: str, cluster: str
+) -> None:
+    # the writer's line is spliced, not re-encoded (store.records.evalgate_seal_line)
+    rec = dict(record("a"), output=output, category=category, cluster=cluster)
+    sealed, line = evalgate_seal_line(rec)
+    assert line == evalgate_canonical_json(sealed) + b"\n"
+    assert sealed["checksum"] == evalgate_seal(rec)["checksum"]

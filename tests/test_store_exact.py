@@ -33,6 +33,7 @@ from pytest_evalgate.store.records import (
     evalgate_checksum_ok,
     evalgate_has_fields,
     evalgate_record,
+    evalgate_seal_line,
 )
 
 DIGEST = "e" * 64
@@ -259,3 +260,23 @@ def test_a_code_record_copies_exactly_the_sandbox_facts_of_the_schema() -> None:
         writer="w9",
     )  # fmt: skip
     assert "sandbox" not in plain and plain["passed"] is True
+
+
+def test_the_sealed_line_is_the_canonical_json_of_the_sealed_record() -> None:
+    # The line is built by splicing the checksum into the hashed body; it must be exactly the
+    # canonical JSON of the sealed record, whatever the strings hold (quotes, the member's own
+    # text, non-ASCII), with and without the optional sandbox member, and for a hand-made shape.
+    tricky = ["42", 'a,"cluster":"x"', '","checksum":"0', "naïve \u2028 \\", "", '"cluster":']
+    for text in tricky:
+        for rec in (record("a", output=text, category=text), errored("b")):
+            sealed, stored = evalgate_seal_line(rec)
+            assert stored == evalgate_canonical_json(sealed) + b"\n"
+            assert sealed == evalgate_seal(rec)
+            assert evalgate_checksum_ok(stored, json.loads(stored))
+    with_sandbox = dict(record("c"), sandbox={"passed": 1, "total": 2})
+    sealed, stored = evalgate_seal_line(with_sandbox)
+    assert stored == evalgate_canonical_json(sealed) + b"\n"
+    odd = {"zeta": 1, "cluster": 2, "ch": 3}  # not a record: encoded twice, still canonical
+    sealed, stored = evalgate_seal_line(odd)
+    assert stored == evalgate_canonical_json(sealed) + b"\n"
+    assert list(json.loads(stored)) == ["ch", "checksum", "cluster", "zeta"]

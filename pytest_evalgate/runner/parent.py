@@ -72,7 +72,7 @@ from pytest_evalgate.store import (
     EvalgateSegmentWriter,
     EvalgateStandIn,
     evalgate_not_requested,
-    evalgate_record,
+    evalgate_record_line,
 )
 from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
@@ -131,8 +131,14 @@ class EvalgateWork:
 
     def evalgate_seal(self, outcome: EvalgateOutcome, writer: str) -> EvalgateRecord:
         """This identity's sealed record of ``outcome`` (scored unless it is an error)."""
+        return self.evalgate_seal_line(outcome, writer)[0]
+
+    def evalgate_seal_line(
+        self, outcome: EvalgateOutcome, writer: str
+    ) -> tuple[EvalgateRecord, bytes]:
+        """``evalgate_seal`` and the record's segment line (``store.evalgate_record_line``)."""
         code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
-        return evalgate_record(
+        return evalgate_record_line(
             self.key,
             outcome,
             evalgate_code_grade(outcome) if code else self.evalgate_grade,
@@ -350,8 +356,8 @@ class EvalgateRunner:
         if outcome is None:
             return False
         self._sent[work.key] = -1  # never sent: answered by a run before this one
-        record = work.evalgate_seal(outcome, self._writer.writer)
-        self._writer.evalgate_add(prefix, record)
+        record, line = work.evalgate_seal_line(outcome, self._writer.writer)
+        self._writer.evalgate_add(prefix, record, line)
         self._count(None, record["usage"]["completion_tokens"])
         self._done[work.key] = record
         self.replayed += 1
@@ -457,8 +463,8 @@ class EvalgateRunner:
         error = message.outcome["error"]
         if message.fatal and error is not None:
             self._stopped.setdefault(_halt_key(work), f"{error['category']}: {error['message']}")
-        record = work.evalgate_seal(message.outcome, self._writer.writer)
-        self._writer.evalgate_add(work.suite.prefixes[work.candidate], record)
+        record, line = work.evalgate_seal_line(message.outcome, self._writer.writer)
+        self._writer.evalgate_add(work.suite.prefixes[work.candidate], record, line)
         self._count(error, record["usage"]["completion_tokens"])
         self._done[work.key] = record
         if self._on_record is not None:

@@ -60,6 +60,7 @@ from pytest_evalgate.store.records import (
     evalgate_checksum_ok,
     evalgate_not_requested,
     evalgate_record,
+    evalgate_record_line,
     evalgate_seal,
 )
 from pytest_evalgate.store.s3 import EvalgateS3Store, evalgate_is_s3
@@ -105,6 +106,7 @@ __all__ = [
     "evalgate_read_candidate",
     "evalgate_read_generation",
     "evalgate_record",
+    "evalgate_record_line",
     "evalgate_seal",
     "evalgate_use_generation",
     "evalgate_writer_id",

@@ -65,11 +65,15 @@ class EvalgateSegmentWriter:
         self._seq = 0
         self.committed = 0
 
-    def evalgate_add(self, prefix: str, record: Mapping[str, Any]) -> None:
-        """Queue one sealed record (an ``EvalgateRecord``) for the candidate folder ``prefix``."""
+    def evalgate_add(
+        self, prefix: str, record: Mapping[str, Any], line: bytes | None = None
+    ) -> None:
+        """Queue one sealed record (an ``EvalgateRecord``) for the candidate folder ``prefix``;
+        ``line``: its canonical JSON line when the caller has it (``evalgate_seal_line``)."""
         if not self._count:
             self._oldest = time.monotonic()
-        self._pending.setdefault(prefix, []).append(evalgate_canonical_json(record) + b"\n")
+        data = line if line is not None else evalgate_canonical_json(record) + b"\n"
+        self._pending.setdefault(prefix, []).append(data)
         self._count += 1
 
     def evalgate_due(self) -> bool:
