@@ -85,6 +85,15 @@ def test_journal_lines_are_read_back_first_wins_and_bad_lines_skipped(tmp_path: 
     assert evalgate_read_journal(store, "s/d/k/gen-2") == {}
 
 
+def test_a_journal_line_is_the_canonical_json_of_its_entry_and_digest() -> None:
+    for output in ("42", 'x","sha256":"0', "naïve\u2028"):
+        line = evalgate_journal_line("rev/c/a/r0", dict(OUTCOME, output=output))
+        entry = json.loads(line)
+        assert line == evalgate_canonical_json(entry) + b"\n"
+        digest = entry.pop("sha256")
+        assert digest == evalgate_sha256_hex(entry)
+
+
 def test_a_line_whose_digest_does_not_match_is_skipped(tmp_path: Path) -> None:
     # journals are published without fsync: a torn, zeroed or edited line must fail its digest
     store = EvalgateLocalStore(str(tmp_path))

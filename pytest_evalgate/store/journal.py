@@ -28,6 +28,7 @@ again), and an unreadable or malformed line is skipped (that identity is simply 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 
@@ -51,10 +52,12 @@ def evalgate_journal_name(folder: str, writer: str, seq: int) -> str:
 
 
 def evalgate_journal_line(identity: str, outcome: Mapping[str, object]) -> bytes:
-    """One journal line: the identity header, the answered outcome and their digest."""
-    entry: dict[str, object] = {"identity": identity, "outcome": dict(outcome)}
-    entry["sha256"] = _digest(entry)
-    return evalgate_canonical_json(entry) + b"\n"
+    """One journal line: the identity header, the answered outcome and their digest. (The
+    digest's key sorts last, so the line is the hashed body with the member appended: one
+    canonical encoding, and the canonical JSON of the whole entry.)"""
+    body = evalgate_canonical_json({"identity": identity, "outcome": dict(outcome)})
+    digest = hashlib.sha256(body).hexdigest()
+    return body[:-1] + b',"sha256":"' + digest.encode("ascii") + b'"}\n'
 
 
 def _digest(entry: Mapping[str, object]) -> str:
