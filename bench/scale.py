@@ -12,6 +12,9 @@ Each row is a child process: wall time, CPU per item (user + system of the pytes
 descendants it reaped: the runner child) and peak RSS of the whole process tree (sampled every
 20 ms, the runner child included). Ratios are evalgate / pytest at the same size.
 
+Both rows leave out the pytest plugins installed here for our own tests only (hypothesis), and
+the package is compiled first (``throughput.compile_package``).
+
 Run: ``python bench/scale.py [--sizes 10000,100000]``. Prints numbers, asserts nothing.
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tree import run_tree
-from throughput import write_suite
+from throughput import compile_package, foreign_plugins, write_suite
 
 from pytest_evalgate.manifest import evalgate_load_manifest
 from pytest_evalgate.simulated import (
@@ -38,6 +41,7 @@ from pytest_evalgate.simulated import (
 )
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
+PYTEST += [part for flag in foreign_plugins() for part in flag.split()]  # both rows alike
 
 TRIVIAL = """import pytest
 
@@ -90,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     options = parser.parse_args()
+    compile_package()
     print(f"cpus: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}; simulated model at "
           "0 ms latency, budget 64, 1 candidate, 1 repetition", flush=True)  # fmt: skip
     results = {}

@@ -42,11 +42,8 @@ from pytest_evalgate.store import (
     evalgate_candidate_prefix,
     evalgate_read_candidate,
 )
-from pytest_evalgate.store.table import (
-    EvalgateCandidateTable,
-    EvalgateVerifiedSegments,
-    evalgate_read_table,
-)
+from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
+from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 from pytest_evalgate.suitecheck import evalgate_expectation
 
 

@@ -25,9 +25,9 @@ from pytest_evalgate.store.table import (
     EVALGATE_ERROR_ONLY,
     EVALGATE_NO_RECORD,
     EVALGATE_RESULT,
-    EVALGATE_TABLE_PERF,
     EvalgateCandidateTable,
 )
+from pytest_evalgate.store.verified import EVALGATE_TABLE_PERF
 
 Tables = Mapping[str, EvalgateCandidateTable]
 Perf = dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]

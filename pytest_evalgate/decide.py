@@ -69,7 +69,7 @@ from pytest_evalgate.store import (
     evalgate_check_store_folder,
     evalgate_read_candidate,
 )
-from pytest_evalgate.store.table import EvalgateVerifiedSegments
+from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_record, evalgate_tier_spec
 
 EVALGATE_STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"

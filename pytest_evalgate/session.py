@@ -13,9 +13,8 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Generator, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Generator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,31 +27,20 @@ from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
     EvalgateTally,
-    evalgate_junit_decision,
-    evalgate_rule_reports,
-    evalgate_testcase_properties,
 )
-from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints, evalgate_check_judge_endpoint
 from pytest_evalgate.manifest import (
     EVALGATE_MANIFEST_NAME,
     EvalgateManifest,
     evalgate_load_manifest,
 )
-from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_bodies, evalgate_perf_phase
 from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair, evalgate_policy_path
 from pytest_evalgate.preload import evalgate_preload_gate
 from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
-from pytest_evalgate.report import evalgate_check_report_folder, evalgate_summary_lines
 from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
 from pytest_evalgate.runner.execution import (
     evalgate_code_scorer,
     evalgate_execution_settings,
     evalgate_prepare_sandbox,
-)
-from pytest_evalgate.runner.judging import (
-    EvalgateJudgeStage,
-    EvalgateJudgeSuite,
-    evalgate_judged_view,
 )
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
@@ -83,10 +71,14 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
-from pytest_evalgate.store.table import EvalgateVerifiedSegments
+from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 from pytest_evalgate.suitecheck import evalgate_expectation
 from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_policy, evalgate_tier_spec
 from pytest_evalgate.usage import evalgate_usage_errors
+
+if TYPE_CHECKING:  # judged suites only: imported when one runs (session_judging.py)
+    from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
+    from pytest_evalgate.runner.judging import EvalgateJudgeStage
 
 _LOG = logging.getLogger("pytest_evalgate")
 
@@ -214,8 +206,13 @@ class EvalgatePlugin:
             return
         names = [name for name in manifest.candidates if self.evalgate_wants_candidate(name)]
         evalgate_check_endpoints(manifest, names)
-        evalgate_check_judge_endpoint(manifest)
+        if manifest.judged is not None:  # imported only then (numpy, the judge's modules)
+            from pytest_evalgate.judge_endpoint import evalgate_check_judge_endpoint
+
+            evalgate_check_judge_endpoint(manifest)
         if manifest.perf is not None:
+            from pytest_evalgate.perf import evalgate_perf_bodies  # a load phase only
+
             evalgate_perf_bodies(manifest)
 
     def evalgate_wants_candidate(self, name: str) -> bool:
@@ -341,90 +338,19 @@ class EvalgatePlugin:
         self.tally.evalgate_count(report)
 
     def _gate(self, session: pytest.Session) -> None:
-        self.gate_exit = 0
-        if self.preload is not None:
-            self.preload.join()  # never two threads importing the gate's modules at once
-        if self.crashed and not self.selection:
-            self.summary.append(
-                f"evalgate: workers {self.crashed} crashed before reporting; no verdict"
-            )
-            self.gate_exit = 1
-            return
-        for path in sorted(self.selection):
-            self._gate_suite(path)
+        # Imported here, not at start-up: the first request is not held for the gate's modules.
+        from pytest_evalgate.session_gate import evalgate_session_gate
 
-    def _gate_suite(self, path: str) -> None:
-        # Imported here, not at start-up: the first request is not held for them (preload.py).
-        from pytest_evalgate.aggregate import EvalgateSelection
-        from pytest_evalgate.decide import evalgate_decide
-
-        suite = self.evalgate_suite(path)
-        assert suite is not None
-        entry = self.selection[path]
-        selection = EvalgateSelection(tuple(entry["candidates"]), tuple(entry["cases"]))
-        policy = suite.policy
-        assert policy is not None  # loaded at collection whenever the session gates
-        with evalgate_usage_errors(), _store_refusal(self.summary) as refused:
-            full = selection.evalgate_is_full(suite.manifest)
-            perf = self._perf(suite.manifest, evalgate_pair(suite.manifest, policy), full)
-            outcome = evalgate_decide(
-                self.backend,
-                suite.manifest,
-                selection,
-                policy,
-                report_dir=self.config.getoption("evalgate_report"),
-                sign_key=self.config.getoption("evalgate_sign_key"),
-                perf=perf,
-                tier=self.config.getoption("evalgate_tier"),
-                report_text=bool(self.config.getoption("evalgate_report_text")),
-                verified=self.verified,
-            )
-        if refused:
-            self.gate_exit = 1
-            return
-        self.gate_exit = max(self.gate_exit, outcome.exit_status)
-        self.summary += [*evalgate_summary_lines(outcome.decision), *outcome.notes]
-        self.summary += [f"wrote {path}" for path in outcome.written]
-        self.config.hook.pytest_evalgate_decision(config=self.config, decision=outcome.decision)
-        evalgate_junit_decision(self.config, outcome.decision)
-        properties = evalgate_testcase_properties(self.config)
-        for rule in outcome.decision["rules"]:
-            for report in evalgate_rule_reports(rule, outcome.decision, properties):
-                self.config.hook.pytest_runtest_logreport(report=report)
-
-    def _perf(
-        self, manifest: EvalgateManifest, pair: tuple[str, str], run: bool
-    ) -> EvalgatePerfResult | None:
-        """The load phase (SPEC section 8): reused from the store, else run when ``run`` and
-        requests are allowed. It runs after the eval phase, so the two do not compete."""
-        if manifest.perf is None or pair[0] == pair[1]:
-            return None  # no load phase without a baseline (a single-model policy)
-        if self.aggregate_only or not run:
-            return evalgate_perf_phase(self.backend, manifest, None, pair)
-        pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
-        try:
-            self._say(f"evalgate: load phase of {manifest.suite} ({manifest.perf['duration_s']} s)")
-            return evalgate_perf_phase(
-                self.backend,
-                manifest,
-                lambda: {
-                    n: pool.evalgate_endpoint(manifest, manifest.candidates[n], 0) for n in pair
-                },
-                pair,
-            )
-        finally:
-            pool.evalgate_close()
+        evalgate_session_gate(self)
 
     def _shard_zero_perf(self) -> None:
-        # In an Indexed Job, pod 0 runs the load phase after its items and commits it to the
-        # store, where the aggregation pod (which sends no requests) finds it.
-        for path in sorted(self.selection):
-            suite = self.suites[path]
-            assert suite is not None
-            if suite.policy is None:
-                continue
-            with evalgate_usage_errors():
-                self._perf(suite.manifest, evalgate_pair(suite.manifest, suite.policy), True)
+        from pytest_evalgate.session_gate import evalgate_shard_zero_perf
+
+        evalgate_shard_zero_perf(self)
+
+    def evalgate_say(self, line: str) -> None:
+        """A line on the terminal (unless ``-q -q``)."""
+        self._say(line)
 
     def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -710,44 +636,18 @@ class EvalgatePlugin:
     def _start_judging(self, runs: dict[str, EvalgateSuiteRun]) -> None:
         judged = {path: run for path, run in runs.items() if run.manifest.judged is not None}
         self.run_paths = {id(run): path for path, run in runs.items()}
-        if not judged:
-            return
-        self.judge_endpoints = EvalgateJudgeEndpoints(self.config.getoption("evalgate_request_log"))
-        writer = EvalgateSegmentWriter(self.backend, self.topology.shard_dir)
-        share, limits = self._judge_limits(next(iter(judged.values())).manifest)
-        self.judging = EvalgateJudgeStage(
-            writer, limits, concurrency=share, need=self._need_answer, pump=self._pump_answers
-        )
-        for path, run in judged.items():
-            endpoint = self.judge_endpoints.evalgate_endpoint(run.manifest)
-            pair = self._judge_pair(path, run.manifest)
-            suite = EvalgateJudgeSuite.evalgate_load(
-                self.backend, run.manifest, endpoint, pair, writer.writer
-            )
-            self.judging.evalgate_add_suite(path, suite)
-            if self.topology.part_index == 0:
-                self.judging.evalgate_golden(path)  # calibration: judged once per run
-        for key, work in self.works.items():
-            if key in self.stored:
-                self.judging.evalgate_answer(self.run_paths[id(work.suite)], self.stored[key])
+        if judged:  # imported only then: the judge's modules (numpy) cost every other run
+            from pytest_evalgate.session_judging import evalgate_start_judging
 
-    def _judge_limits(self, manifest: EvalgateManifest) -> tuple[int, EvalgateLimits]:
-        assert manifest.judged is not None
-        budget = manifest.judged.judge.budget  # the judge's own run-wide budget
-        parts, index = self.topology.parts, self.topology.part_index
-        share = int(evalgate_share(budget["max_concurrency"], parts, index, integer=True))
-        rps = _share_or_none(budget["requests_per_second"], parts, index)
-        tpm = _share_or_none(budget["tokens_per_minute"], parts, index)
-        return share, EvalgateLimits(share, rps, tpm)
+            evalgate_start_judging(self, judged)
 
-    def _judge_pair(self, path: str, manifest: EvalgateManifest) -> tuple[str, str] | None:
-        assert manifest.judged is not None
-        if manifest.judged.mode != "pairwise":
-            return None
-        suite = self.suites[path]
-        if suite is not None and suite.policy is not None:
-            return evalgate_pair(manifest, suite.policy)
-        return ("candidate", "baseline")
+    def evalgate_need_answer(self, identity: EvalgateIdentity) -> bool:
+        """The judging stage's ``need``: urge ``identity``'s answer (False: none will come)."""
+        return self._need_answer(identity)
+
+    def evalgate_pump_answers(self, timeout: float) -> None:
+        """The judging stage's ``pump``: read what the runner's child reported."""
+        self._pump_answers(timeout)
 
     def _on_record(self, work: EvalgateWork, record: EvalgateRecord) -> None:
         if self.judging is not None:
@@ -770,6 +670,8 @@ class EvalgatePlugin:
             return record
         if record.get("error") is not None:
             return record
+        from pytest_evalgate.runner.judging import evalgate_judged_view  # judged suites only
+
         judgments = judging.evalgate_judgments(item.suite_path, item.evalgate_key)
         return evalgate_judged_view(record, judgments)
 
@@ -797,20 +699,10 @@ def _check_output_folders(config: pytest.Config, backend: EvalgateStoreBackend) 
     report = config.getoption("evalgate_report")
     if report:
         evalgate_check_store_folder(backend, report, "--evalgate-report")
+        from pytest_evalgate.report import evalgate_check_report_folder  # with a folder only
+
         evalgate_check_report_folder(report)
     junit = getattr(config.option, "xmlpath", None)
     if junit:
         folder = os.path.dirname(os.path.abspath(junit))
         evalgate_check_store_folder(backend, folder, "--junitxml")
-
-
-@contextmanager
-def _store_refusal(summary: list[str]) -> Iterator[list[str]]:
-    """A store path that leads out of the store ends the gate with no verdict (exit 1); the
-    summary names the path and the reason. Yields a list that holds the line when it did."""
-    refused: list[str] = []
-    try:
-        yield refused
-    except EvalgateStorePathError as exc:
-        refused.append(f"evalgate: store refused: {exc}; no verdict")
-        summary.extend(refused)

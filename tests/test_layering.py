@@ -22,7 +22,7 @@ PURE = {
     "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
     "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
     "polyaxon", "polyaxon_check", "revision",
-    "aggregate_table", "policy",
+    "aggregate_table", "policy", "early", "preload",
 }  # fmt: skip
 PURE |= {"capacity", "capacity_store", "probe", "probe_load"}  # issue 16 part B
 EDGE = "cli"
@@ -139,14 +139,26 @@ def test_pure_modules_do_not_import_pytest() -> None:
     assert offenders == set()
 
 
+# The composition root: the session and the parts it imports only when they are needed (the
+# gate at the end, the judging stage of a judged suite); they name the plugin's type only.
+SESSION_PARTS = {"session_gate", "session_judging"}
+
+
 def test_only_the_edges_import_the_composition_root_and_the_items() -> None:
     for module in _modules():
         imported = _imports(module)
         assert not _imports_under(imported, "pytest_evalgate.plugin"), module
-        if module != "plugin":
+        if module not in {"plugin", *SESSION_PARTS}:
             assert not _imports_under(imported, "pytest_evalgate.session"), module
-        if module not in {"plugin", "session"}:
+        if module not in {"plugin", "session", *SESSION_PARTS}:
             assert not _imports_under(imported, "pytest_evalgate.items"), module
+
+
+def test_the_session_parts_import_the_session_for_its_type_only() -> None:
+    for module in SESSION_PARTS:
+        source = _modules()[module].read_text(encoding="utf-8")
+        assert "if TYPE_CHECKING:  # the plugin imports this module" in source, module
+        assert source.count("from pytest_evalgate.session import") == 1, module
 
 
 def test_core_modules_hold_no_program_parts() -> None:

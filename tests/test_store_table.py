@@ -21,15 +21,15 @@ from pytest_evalgate.store import (
     EvalgateSegmentWriter,
     evalgate_use_generation,
 )
-from pytest_evalgate.store import table as table_module
+from pytest_evalgate.store import verified as verified_module
 from pytest_evalgate.store.table import (
     EVALGATE_ERROR_ONLY,
     EVALGATE_NO_RECORD,
     EVALGATE_RESULT,
     EvalgateCandidateTable,
-    EvalgateVerifiedSegments,
     evalgate_read_table,
 )
+from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 
 ROWS = {"a": 0, "b": 1, "c": 2}
 
@@ -184,13 +184,13 @@ def test_verified_segments_are_replayed_to_exactly_what_a_fresh_read_gives(
     assert len(verified) == 2  # the writer's own two segments, not the other process's
     plain = _read(store, None)
     parsed: list[bytes] = []
-    real = table_module.evalgate_verify_line
+    real = verified_module.evalgate_verify_line
 
     def counting(data: bytes, expect: object) -> object:
         parsed.append(data)
         return real(data, expect)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(table_module, "evalgate_verify_line", counting)
+    monkeypatch.setattr(verified_module, "evalgate_verify_line", counting)
     replayed = _read(store, verified)
     assert isinstance(plain, EvalgateCandidateTable) and isinstance(
         replayed, EvalgateCandidateTable
