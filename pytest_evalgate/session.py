@@ -151,6 +151,7 @@ class EvalgatePlugin:
         self.judge_endpoints: EvalgateJudgeEndpoints | None = None
         self.run_paths: dict[int, str] = {}
         self.verified = EvalgateVerifiedSegments()  # segments this process committed
+        self.frozen = False  # gc.freeze() was called when the runner started
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
         self.early_runs: dict[str, EvalgateSuiteRun] = {}
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
@@ -179,6 +180,11 @@ class EvalgatePlugin:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         evalgate_discard_prespawned()
+        if self.frozen:
+            # What the item loop made (pytest's reports, mostly) joins the frozen generation:
+            # pytest's clean-up then collects garbage five times over (unraisableexception),
+            # each pass ~20 ms at 10,000 items when those objects are still tracked.
+            gc.freeze()
 
     def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.File | None:
         if file_path.name == EVALGATE_MANIFEST_NAME:
@@ -395,6 +401,7 @@ class EvalgatePlugin:
         # items: ~0.5 s less per run). Not unfrozen at cleanup, which gave that time back; the
         # price: an in-process nested session (pytester) keeps its cyclic garbage.
         gc.freeze()
+        self.frozen = True
 
     def evalgate_start_early(self, path: str) -> None:
         """Start the runner on the suite at ``path`` while pytest still collects its items, when
