@@ -43,7 +43,7 @@ from pytest_evalgate.store import (
     evalgate_read_candidate,
 )
 from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
-from pytest_evalgate.store.verified import EvalgateVerifiedSegments
+from pytest_evalgate.store.verified import EVALGATE_TABLE_PERF, EvalgateVerifiedSegments
 from pytest_evalgate.suitecheck import evalgate_expectation
 
 
@@ -369,24 +369,17 @@ def _paired_input(
     )
 
 
-_PERF_FIELDS = {
-    "ttft": ("timing", "ttft_s"),
-    "tpot": ("timing", "tpot_s"),
-    "itl": ("timing", "itl_p95_s"),
-    "e2e": ("timing", "e2e_s"),
-    "output_tokens": ("usage", "completion_tokens"),
-}
-
-
 def _perf(
     records: Iterable[EvalgateRecord], pair: tuple[str, str]
 ) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
-    samples: dict[str, dict[str, list[float]]] = {m: {n: [] for n in pair} for m in _PERF_FIELDS}
+    samples: dict[str, dict[str, list[float]]] = {
+        m: {n: [] for n in pair} for m in EVALGATE_TABLE_PERF
+    }
     for record in records:
         name = record["identity"]["candidate"]
         if name not in pair:
             continue
-        for metric, (group, key) in _PERF_FIELDS.items():
+        for metric, (group, key) in EVALGATE_TABLE_PERF.items():
             value = _member(record, group, key)
             if isinstance(value, int | float):
                 samples[metric][name].append(float(value))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, NotRequired, TypedDict, cast
+from typing import Any, NamedTuple, NotRequired, TypedDict, Unpack, cast
 
 from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
 
@@ -194,17 +194,23 @@ EvalgateGrade = Callable[[str], tuple[float | None, bool | None]]
 grades it (a judged suite's answer is graded by its judgment record)."""
 
 
+class EvalgateRecordPlace(TypedDict):
+    """Where a record belongs, beside its identity and outcome (keyword arguments of
+    ``evalgate_record`` and ``evalgate_record_line``)."""
+
+    definition_digest: str
+    candidate_key: str
+    category: str
+    cluster: str
+    shard: int
+    writer: str
+
+
 def evalgate_record_line(
     identity: EvalgateIdentity,
     outcome: EvalgateOutcome,
     grade: EvalgateGrade,
-    *,
-    definition_digest: str,
-    candidate_key: str,
-    category: str,
-    cluster: str,
-    shard: int,
-    writer: str,
+    **place: Unpack[EvalgateRecordPlace],
 ) -> tuple[EvalgateRecord, bytes]:
     """The sealed record of ``identity`` for ``outcome``, and its stored line.
 
@@ -222,10 +228,10 @@ def evalgate_record_line(
     return evalgate_seal_line(
         {
             "identity": identity.evalgate_fields(),
-            "definition_digest": definition_digest,
-            "candidate_key": candidate_key,
-            "category": category,
-            "cluster": cluster,
+            "definition_digest": place["definition_digest"],
+            "candidate_key": place["candidate_key"],
+            "category": place["category"],
+            "cluster": place["cluster"],
             "output": outcome["output"],
             "score": score,
             "passed": passed,
@@ -234,8 +240,8 @@ def evalgate_record_line(
             "timing": _timing_fields(outcome["timing"]),
             "usage": _usage_fields(outcome["usage"]),
             "finish_reason": outcome["finish_reason"],
-            "shard": shard,
-            "writer": writer,
+            "shard": place["shard"],
+            "writer": place["writer"],
             "started_at": outcome["started_at"],
             "finished_at": outcome["finished_at"],
             **optional,
@@ -292,26 +298,10 @@ def evalgate_record(
     identity: EvalgateIdentity,
     outcome: EvalgateOutcome,
     grade: EvalgateGrade,
-    *,
-    definition_digest: str,
-    candidate_key: str,
-    category: str,
-    cluster: str,
-    shard: int,
-    writer: str,
+    **place: Unpack[EvalgateRecordPlace],
 ) -> EvalgateRecord:
     """``evalgate_record_line``'s record alone."""
-    return evalgate_record_line(
-        identity,
-        outcome,
-        grade,
-        definition_digest=definition_digest,
-        candidate_key=candidate_key,
-        category=category,
-        cluster=cluster,
-        shard=shard,
-        writer=writer,
-    )[0]
+    return evalgate_record_line(identity, outcome, grade, **place)[0]
 
 
 _SPLICE = b',"cluster":'  # where "checksum" goes in a record's canonical JSON (sorted keys)
