@@ -9,9 +9,12 @@ boundary) is pinned, so that a changed operator or constant in ``stats.py`` fail
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import scipy.special
 from scipy import stats as sps
 
 from pytest_evalgate import stats
@@ -299,3 +302,54 @@ def test_percentile_ratio_with_a_zero_baseline_is_infinite() -> None:
     estimate, lo, hi, ratios = stats.evalgate_percentile_ratio_ci([1.0], [0.0], 50, 100, 0, 0.95)
     assert estimate == math.inf and lo == math.inf and hi == math.inf
     assert np.all(np.isinf(ratios))
+
+
+def test_the_distribution_functions_are_scipy_stats_own_without_importing_it() -> None:
+    # stats takes t, normal, beta and binomial functions from scipy.special, so a gate does not
+    # import scipy.stats (~1 s): t and normal are the very functions scipy.stats calls (equal),
+    # beta's and binomial's public inverses differ from scipy.stats' private ones by an ulp.
+    ours = stats
+    for dof in (1, 2, 9, 40, 1000):
+        for confidence in (0.8, 0.9, 0.95, 0.99):
+            half = float(sps.t.ppf((1 + confidence) / 2, dof)) * 0.02
+            assert ours.evalgate_t_interval(0.1, 0.02, dof, confidence) == (0.1 - half, 0.1 + half)
+            assert ours.evalgate_t_pvalue_drop(-0.03, 0.02, dof) == float(sps.t.cdf(-1.5, dof))
+    for k, n in ((0, 10), (3, 10), (12, 40), (399, 400), (5, 60)):
+        if k < n:
+            upper = ours.evalgate_clopper_pearson_upper(k, n, 0.975)
+            assert upper == pytest.approx(float(sps.beta.ppf(0.975, k + 1, n - k)), rel=1e-13)
+        if k > 0:
+            lower = ours.evalgate_clopper_pearson_lower(k, n, 0.975)
+            assert lower == pytest.approx(float(sps.beta.ppf(0.025, k, n - k + 1)), rel=1e-13)
+    rng = np.random.default_rng(4)
+    for size in (1, 2, 5, 11):
+        p = rng.random(size)
+        expected = sps.false_discovery_control(p, method="bh")
+        assert ours.evalgate_adjust_pvalues(p, "bh").tolist() == expected.tolist()
+    ties = np.array([0.01, 0.04, 0.04, 0.2, 0.9])
+    assert (
+        ours.evalgate_adjust_pvalues(ties, "bh").tolist()
+        == sps.false_discovery_control(ties, method="bh").tolist()
+    )
+    n = 50
+    positions = np.arange(1, n + 1) / n
+    for k in (1, 25, 50):
+        ref = sps.binom.sf(k - 1, n, positions)
+        np.testing.assert_allclose(scipy.special.bdtrc(k - 1, n, positions), ref, rtol=1e-10)
+
+
+def test_a_gate_evaluation_never_imports_scipy_stats() -> None:
+    code = (
+        "import sys\n"
+        "from pytest_evalgate import stats\n"
+        "stats.evalgate_t_interval(0.1, 0.02, 9, 0.95)\n"
+        "stats.evalgate_t_pvalue_drop(-0.1, 0.02, 9)\n"
+        "stats.evalgate_clopper_pearson_upper(3, 10, 0.975)\n"
+        "stats.evalgate_clopper_pearson_lower(3, 10, 0.975)\n"
+        "stats.evalgate_adjust_pvalues([0.01, 0.2], 'bh')\n"
+        "stats.evalgate_cases_needed(0.05, 0.01, 0.95)\n"
+        "import numpy as np\n"
+        "stats.evalgate_bootstrap_percentiles([1.0, 2.0, 3.0], 0.5, 10, np.random.default_rng(0))\n"
+        "assert 'scipy.special' in sys.modules and 'scipy.stats' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
