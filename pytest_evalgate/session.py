@@ -152,6 +152,7 @@ class EvalgatePlugin:
         self.run_paths: dict[int, str] = {}
         self.verified = EvalgateVerifiedSegments()  # segments this process committed
         self.frozen = False  # gc.freeze() was called when the runner started
+        self.stopped = False  # the runner, the judging stage and the endpoints were closed
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
         self.early_runs: dict[str, EvalgateSuiteRun] = {}
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
@@ -179,6 +180,10 @@ class EvalgatePlugin:
             evalgate_prespawn_child()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.early_runs and not self.stopped:
+            # started early, and the item loop never came (collection failed or was stopped):
+            # commit what was answered, end the child and the endpoints
+            self._stop()
         evalgate_discard_prespawned()
         if self.frozen:
             # What the item loop made (pytest's reports, mostly) joins the frozen generation:
@@ -421,8 +426,11 @@ class EvalgatePlugin:
             works = self._suite_works(path, run)
             if works:
                 self._launch({path: run}, works)
-        except EvalgateStorePathError as exc:
-            pytest.exit(f"evalgate: store refused: {exc}; nothing was requested", returncode=1)
+        except EvalgateStorePathError:
+            # Not from inside collection (pytest would call it a collection error): the item
+            # loop's start meets the same refusal and stops the run as before, nothing requested.
+            self.early_runs.pop(path, None)
+            self.works.clear()
 
     def _selection_loads(self, path: str) -> bool:
         """Whether the tier and the shard plan load (if not, collection reports the usage error
@@ -617,6 +625,7 @@ class EvalgatePlugin:
         return [w for w in works if evalgate_sub_shard(w.case.case_id, shards, count) == index]
 
     def _stop(self) -> None:
+        self.stopped = True
         try:
             if self.runner is not None:
                 self.runner.evalgate_close()

@@ -153,3 +153,16 @@ def pytest_collection_modifyitems(config, items):
     alpha = [identity for identity in identities if "/alpha-" in identity]
     assert len(alpha) == len(set(alpha)) == 80
     assert len(identities) == len(set(identities)) <= 160
+
+
+def test_an_early_runner_is_closed_when_collection_fails(pytester: pytest.Pytester) -> None:
+    _suite(pytester)
+    # a broken test module beside the suite: collection fails after the runner started early
+    (pytester.path / "suite" / "test_broken.py").write_text("import no_such_module_here\n")
+    pytester.makeconftest(HOLD)
+    result, seen, identities = _run(pytester)
+    assert result.ret == 2  # interrupted: 1 error during collection
+    assert seen > 0 and identities  # it had started
+    committed = list((pytester.path / ".evalgate").rglob("seg-*.jsonl"))
+    lines = sum(len(path.read_bytes().splitlines()) for path in committed)
+    assert 0 < lines <= len(identities)  # what was answered is committed, once
