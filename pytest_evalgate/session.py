@@ -395,7 +395,7 @@ class EvalgatePlugin:
         if self.runner is not None:
             self.runner.evalgate_confirm(works)  # the collected items, in their order
         elif works:
-            self._launch(runs, works)
+            self._launch(runs, works, early=False)
         else:
             return  # every identity is committed: no endpoint is started, nothing is requested
         if self._gates() and not hasattr(self.config, "workerinput"):
@@ -425,7 +425,7 @@ class EvalgatePlugin:
             self.early_runs[path] = run
             works = self._suite_works(path, run)
             if works:
-                self._launch({path: run}, works)
+                self._launch({path: run}, works, early=True)
         except EvalgateStorePathError:
             # Not from inside collection (pytest would call it a collection error): the item
             # loop's start meets the same refusal and stops the run as before, nothing requested.
@@ -480,8 +480,11 @@ class EvalgatePlugin:
                         works.append(work)
         return works
 
-    def _launch(self, runs: Mapping[str, EvalgateSuiteRun], works: list[EvalgateWork]) -> None:
-        """Start the endpoints, the segment writer and the runner on ``works``."""
+    def _launch(
+        self, runs: Mapping[str, EvalgateSuiteRun], works: list[EvalgateWork], *, early: bool
+    ) -> None:
+        """Start the endpoints, the segment writer and the runner on ``works`` (``early``:
+        while pytest still collects, with a larger first window)."""
         self.pool = EvalgateEndpointPool(self.config.getoption("evalgate_request_log"))
         for run in runs.values():
             run.endpoints.update(self._endpoints(run.manifest))
@@ -506,6 +509,7 @@ class EvalgatePlugin:
             writer,
             limits,
             concurrency=share,
+            early=early,
             log=_LOG.info,
             journal_store=self.store_root,
             on_record=self._on_record,

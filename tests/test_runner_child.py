@@ -79,10 +79,12 @@ class Rig:
         self.store = folder / "store"
         self.writer = EvalgateSegmentWriter(EvalgateLocalStore(str(self.store)), "shard-0-of-1")
 
-    def runner(self, concurrency: int, window: int) -> EvalgateRunner:
+    def runner(
+        self, concurrency: int, window: int | None, *, early: bool = False
+    ) -> EvalgateRunner:
         limits = EvalgateLimits(concurrency, None, None)
         return EvalgateRunner(
-            self.works, self.writer, limits, concurrency=concurrency, window=window
+            self.works, self.writer, limits, concurrency=concurrency, window=window, early=early
         )
 
     def logged(self) -> list[str]:
@@ -129,6 +131,29 @@ def test_records_come_in_item_order_sealed_and_the_window_stays_flat(make_rig: A
     assert rig.requests() == 60
     assert runner.progress.done == 60 and runner.progress.in_flight == 0
     assert rig.server.stats()["peak_in_flight"] <= 4
+
+
+def test_an_early_runner_sends_a_larger_first_window_then_the_usual_one(make_rig: Any) -> None:
+    # started while pytest collects (session.evalgate_start_early): 16 per slot before the item
+    # loop confirms (256 at 16), then the usual 4 per slot + 64 (128) ahead of the loop
+    rig = make_rig(400, latency_ms=5)
+    runner = rig.runner(concurrency=16, window=None, early=True)
+    runner.evalgate_start()
+    try:
+        deadline = time.monotonic() + 30
+        while rig.requests() < 256 and time.monotonic() < deadline:
+            time.sleep(0.02)  # nobody pumps: the child works through its first window alone
+        time.sleep(0.3)
+        assert rig.requests() == 256  # the first window, not 400 and not the usual 128
+        runner.evalgate_confirm(rig.works[:300])  # the collected items: the first 300
+        for consumed, work in enumerate(rig.works[:300]):
+            assert rig.requests() <= max(256, consumed + 128)  # the usual window from here on
+            runner.evalgate_wait(work)
+    finally:
+        runner.evalgate_close()
+    assert rig.requests() == 300  # nothing past the confirmed works was ever sent
+    wanted = {work.case.case_id for work in rig.works[:300]}
+    assert {header.split("/")[2] for header in rig.logged()} == wanted
 
 
 def test_an_item_asked_out_of_order_jumps_the_queue(make_rig: Any) -> None:

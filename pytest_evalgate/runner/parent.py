@@ -177,6 +177,7 @@ class EvalgateRunner:
         *,
         concurrency: int,
         window: int | None = None,
+        early: bool = False,
         log: Callable[[str], None] | None = None,
         journal_store: str | None = None,
         on_record: Callable[[EvalgateWork, EvalgateRecord], None] | None = None,
@@ -188,10 +189,15 @@ class EvalgateRunner:
         self._writer = writer
         self._limits = limits
         self._concurrency = max(1, concurrency)
-        # 16 per slot: a runner started while pytest still collects (session.evalgate_start_early)
-        # is not pumped until the item loop, so its first window is all the child gets to do
-        # meanwhile (~0.8 s of requests at 64 in flight against a 50 ms endpoint).
-        self._window = window or max(4 * self._concurrency + 64, 16 * self._concurrency)
+        self._window = window or 4 * self._concurrency + 64
+        # ``early``: started while pytest still collects (session.evalgate_start_early), so not
+        # pumped until the item loop: its first window (16 per slot, ~0.8 s of requests at 64 in
+        # flight against a 50 ms endpoint) is all the child gets to do meanwhile.
+        # ``evalgate_confirm`` returns to the usual window, so a run stopped early (``-x``, a
+        # KeyboardInterrupt) still finishes at most about one usual window of requests.
+        self._loop_window = self._window
+        if early:
+            self._window = max(self._window, 16 * self._concurrency)
         self._log = log
         self._on_record = on_record  # the judging stage: a case is judged once answered
         self._next = 0  # the next position in ``_works`` to send
@@ -234,6 +240,7 @@ class EvalgateRunner:
         sealed and committed, never waited for; one not sent yet is never sent."""
         self._works = list(works)
         self._next = 0
+        self._window = self._loop_window
         wanted = {work.key for work in self._works}
         self.progress.expected = len(self._works) + sum(key not in wanted for key in self._sent)
         self._fill()
