@@ -31,14 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tree import run_tree
-from throughput import compile_package, foreign_plugins, write_suite
-
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.simulated import (
-    evalgate_parse_simulated_url,
-    evalgate_spawn_simulator,
-    evalgate_write_answer_key,
-)
+from throughput import compile_package, foreign_plugins, served_suite
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 PYTEST += [part for flag in foreign_plugins() for part in flag.split()]  # both rows alike
@@ -59,14 +52,7 @@ def bare(folder: Path, n: int) -> dict[str, object]:
 
 
 def evalgate(folder: Path, n: int) -> dict[str, object]:
-    manifest_path = write_suite(folder, n, "http://127.0.0.1:1/v1")
-    manifest = evalgate_load_manifest(str(manifest_path))
-    key = folder / "answers.jsonl"
-    evalgate_write_answer_key(key, ((c.evalgate_prompt_json(), c.target, c.category)
-                                    for c in manifest.cases))  # fmt: skip
-    config = evalgate_parse_simulated_url("simulated://?accuracy=1.0&latency_ms=0&seed=1")
-    with evalgate_spawn_simulator(config, key) as server:
-        write_suite(folder, n, server.base_url)
+    with served_suite(folder, n, latency_ms=0):
         store = folder / f"store-{time.monotonic_ns()}"
         argv = [*PYTEST, "--evalgate", f"--evalgate-store={store}", "evalgate.yaml"]
         return run_tree(argv, folder)

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -83,6 +85,20 @@ def write_suite(folder: Path, cases: int, base_url: str) -> Path:
     gate += "rules:\n  - {metric: error_rate, rule: max_delta, max_delta: 0.0}\n"
     (folder / "gate.yaml").write_text(gate, encoding="utf-8")
     return path
+
+
+@contextmanager
+def served_suite(folder: Path, cases: int, latency_ms: int) -> Iterator[EvalgateSimProcess]:
+    """The suite of ``write_suite`` in ``folder``, answered by a simulator at ``latency_ms``
+    (its answer key written from the suite, the manifest pointed at its URL)."""
+    manifest = evalgate_load_manifest(str(write_suite(folder, cases, "http://127.0.0.1:1/v1")))
+    key = folder / "answers.jsonl"
+    evalgate_write_answer_key(key, ((c.evalgate_prompt_json(), c.target, c.category)
+                                    for c in manifest.cases))  # fmt: skip
+    url = f"simulated://?accuracy=1.0&latency_ms={latency_ms}&seed=1"
+    with evalgate_spawn_simulator(evalgate_parse_simulated_url(url), key) as server:
+        write_suite(folder, cases, server.base_url)
+        yield server
 
 
 def bodies(manifest_path: str) -> list[bytes]:
@@ -263,13 +279,7 @@ def main() -> None:
     compile_package()
     with tempfile.TemporaryDirectory(prefix="evalgate-throughput-") as name:
         folder = Path(name)
-        manifest = evalgate_load_manifest(str(write_suite(folder, n, "http://127.0.0.1:1/v1")))
-        key = folder / "answers.jsonl"
-        evalgate_write_answer_key(key, ((c.evalgate_prompt_json(), c.target, c.category)
-                                        for c in manifest.cases))  # fmt: skip
-        config = evalgate_parse_simulated_url("simulated://?accuracy=1.0&latency_ms=50&seed=1")
-        with evalgate_spawn_simulator(config, key) as server:
-            write_suite(folder, n, server.base_url)
+        with served_suite(folder, n, int(1000 * LATENCY_S)) as server:
             print(f"{n} cases, 1 candidate, 1 repetition, non-streaming, budget {CONCURRENCY}, "
                   f"50 ms latency, bound {BOUND:,.0f}/s, {os.cpu_count()} cores")  # fmt: skip
             print(f"pytest plugins left out: {' '.join(foreign_plugins()) or 'none'}")

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -234,34 +234,11 @@ class EvalgatePlugin:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
         if self.config_errors:
             raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
-        self._select_tier(config, items)
-        if not self.topology.sharded:
-            return
-        keep: list[Any] = []
-        drop: list[Any] = []
-        for item in items:
-            mine = not isinstance(item, EvalgateItem) or self._in_shard(item)
-            (keep if mine else drop).append(item)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
-
-    def _select_tier(self, config: pytest.Config, items: list[Any]) -> None:
-        """Deselect the cases outside ``--evalgate-tier`` (an unknown tier: usage error)."""
-        name = config.getoption("evalgate_tier")
-        if name is None:
-            return
-        keep: list[Any] = []
-        drop: list[Any] = []
-        for item in items:
-            mine = not isinstance(item, EvalgateItem) or self._in_tier(item, name)
-            (keep if mine else drop).append(item)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
-
-    def _in_tier(self, item: EvalgateItem, name: str) -> bool:
-        return self._case_in_tier(item.suite_path, item.case.case_id, name)
+        tier = config.getoption("evalgate_tier")
+        if tier is not None:  # the cases outside --evalgate-tier (an unknown tier: usage error)
+            _deselect(config, items, lambda path, case: self._case_in_tier(path, case, tier))
+        if self.topology.sharded:
+            _deselect(config, items, self._case_in_shard)
 
     def _case_in_tier(self, path: str, case_id: str, name: str) -> bool:
         manifest = self._loaded(path).manifest
@@ -269,15 +246,9 @@ class EvalgatePlugin:
             spec = evalgate_tier_spec(manifest.tiers, name, manifest.path)
         return evalgate_tier_member(spec, case_id)
 
-    def _in_shard(self, item: EvalgateItem) -> bool:
-        return self._case_in_shard(item.suite_path, item.case.case_id)
-
     def _case_in_shard(self, path: str, case_id: str) -> bool:
         topology = self.topology
         return self._case_shard(path, case_id, topology.shard_count) == topology.shard_index
-
-    def _shard_of(self, item: EvalgateItem, count: int) -> int:
-        return self._case_shard(item.suite_path, item.case.case_id, count)
 
     def _case_shard(self, path: str, case_id: str, count: int) -> int:
         """The case's shard among ``count``: the manifest's shard plan if it names one."""
@@ -361,9 +332,6 @@ class EvalgatePlugin:
 
     def evalgate_say(self, line: str) -> None:
         """A line on the terminal (unless ``-q -q``)."""
-        self._say(line)
-
-    def _say(self, line: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and self.config.get_verbosity() >= 0:
             reporter.write_line(line)
@@ -542,7 +510,7 @@ class EvalgatePlugin:
             return
         line = self.progress_line.evalgate_maybe_line(self.runner.progress)
         if line:
-            self._say(line)
+            self.evalgate_say(line)
 
     def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
         runs: dict[str, EvalgateSuiteRun] = {}
@@ -614,7 +582,7 @@ class EvalgatePlugin:
             work = self.works.get(key)  # made already when the runner started early
             if work is None:
                 run = runs[item.suite_path]
-                shard = self._shard_of(item, run.manifest.shards)
+                shard = self._case_shard(item.suite_path, item.case.case_id, run.manifest.shards)
                 work = EvalgateWork(key, run, item.case, item.candidate, item.repetition, shard)
                 self.works[key] = work
             if key not in self.stored:
@@ -661,26 +629,20 @@ class EvalgatePlugin:
 
             evalgate_start_judging(self, judged)
 
-    def evalgate_need_answer(self, identity: EvalgateIdentity) -> bool:
-        """The judging stage's ``need``: urge ``identity``'s answer (False: none will come)."""
-        return self._need_answer(identity)
-
-    def evalgate_pump_answers(self, timeout: float) -> None:
-        """The judging stage's ``pump``: read what the runner's child reported."""
-        self._pump_answers(timeout)
-
     def _on_record(self, work: EvalgateWork, record: EvalgateRecord) -> None:
         if self.judging is not None:
             self.judging.evalgate_answer(self.run_paths[id(work.suite)], record)
 
-    def _need_answer(self, identity: EvalgateIdentity) -> bool:
+    def evalgate_need_answer(self, identity: EvalgateIdentity) -> bool:
+        """The judging stage's ``need``: urge ``identity``'s answer (False: none will come)."""
         work = self.works.get(identity)
         if work is None or self.runner is None or identity in self.stored:
             return False
         self.runner.evalgate_urge(work)
         return True
 
-    def _pump_answers(self, timeout: float) -> None:
+    def evalgate_pump_answers(self, timeout: float) -> None:
+        """The judging stage's ``pump``: read what the runner's child reported."""
         if self.runner is not None:
             self.runner.evalgate_pump(timeout)
 
@@ -702,6 +664,18 @@ class EvalgatePlugin:
         finally:
             if self.judge_endpoints is not None:
                 self.judge_endpoints.evalgate_close()
+
+
+def _deselect(config: pytest.Config, items: list[Any], keeps: Callable[[str, str], bool]) -> None:
+    """Deselect the identity items whose (suite path, case id) ``keeps`` refuses."""
+    keep: list[Any] = []
+    drop: list[Any] = []
+    for item in items:
+        mine = not isinstance(item, EvalgateItem) or keeps(item.suite_path, item.case.case_id)
+        (keep if mine else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:
