@@ -9,6 +9,10 @@ errors by category). A selection smaller than the suite makes the verdict **part
 Rates combine by denominators (9/10 and 10/20 give 19/30), per candidate and per category.
 The paired gate input holds, per case with complete results for both sides, the mean score over
 repetitions; everything the gate computes starts from it.
+
+Why one module of ~420 lines: both paths to the same aggregate live here (the column path, with
+its arithmetic in ``aggregate_table``, and the record path that judged and code suites need), so that
+the golden test can hold them to one result; the gate input type is their common output.
 """
 
 from __future__ import annotations

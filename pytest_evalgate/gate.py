@@ -1,7 +1,7 @@
-"""The ``gate.yaml`` policy and its rules: load, evaluate, verdict (SPEC sections 6-7).
+"""The ``gate.yaml`` policy's rules, evaluated, and the verdict (SPEC sections 6-7).
 
-``evalgate_load_policy`` validates the file and returns frozen values (every refusal names the
-file, the key as ``rules[3].margin``, and the reason). ``evalgate_evaluate`` turns a gate input
+The policy as data (schema, loading, checks against a suite) is ``policy``; this module only
+evaluates. ``evalgate_evaluate`` turns a gate input
 (see ``docs/architecture.md``) into one ``EvalgateRuleResult`` per expanded rule; the numbers come
 from ``stats``. ``evalgate_verdict`` folds the aggregation status and the rule outcomes into the
 session verdict, and ``evalgate_exit_status`` into pytest's exit status.
@@ -12,6 +12,10 @@ the same billing numbers as the full run). Slice ``all`` is stratified by catego
 is the union of each category's resample (the suite's category mix is fixed by design, not
 sampled), which also reuses the per-category draws. If one cluster spans two categories the
 strata would split it, so ``all`` then falls back to a plain cluster bootstrap over the suite.
+
+Why one module of ~570 lines: one job, the evaluation of the paired and single rules over one
+gate input, sharing the per-slice bootstrap, the seeds and the multiplicity correction; the
+rules with their own statistics live apart (``gate_single``, ``gate_private``, ``gate_judge``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,16 @@
 the stages together (collection, the runner ahead of the item loop, the gate at the controller).
 
 It lives apart from ``plugin.py`` (the pytest11 entry point) because pytest imports the entry point
-in every run of every project that has pytest-evalgate installed; this module pulls in numpy,
-scipy, aiohttp and cryptography, so it is imported only when ``--evalgate`` is on.
+in every run of every project that has pytest-evalgate installed; this module pulls in the
+manifest's schemas, the runner and the store, so it is imported only when ``--evalgate`` is on.
+It imports nothing that needs numpy or scipy before the first request: the gate
+(``session_gate``), the judging stage's start (``session_judging``) and the perf, report and judge
+modules are imported when a suite needs them.
+
+Why one module of ~700 lines: its job is the plugin object, whose hooks and state pytest calls
+back into (collection, selection, the runner's start, early or at the item loop, and stop, the
+hand-over of records to items); what is not a callback of that object has moved out (the gate,
+judging, ``early``, ``preload``). Splitting the object itself would spread one state over modules.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ order is sent (or moved to the front of the child's queue) at once, so the windo
 deadlock. Each (suite, candidate) has a stop channel: after a fatal error on it (401, 403, 400,
 ...) nothing else is sent to that candidate, and its other items get a ``not_requested``
 stand-in.
+
+Why one module of ~530 lines: ``EvalgateRunner`` is one state machine (the window, urgent works,
+stop channels, the journal's replay, the early start's confirmation) over one pipe; the works,
+the request body and the progress counters beside it are what it sends and reports.
 """
 
 from __future__ import annotations
