@@ -11,8 +11,8 @@ The paired gate input holds, per case with complete results for both sides, the 
 repetitions; everything the gate computes starts from it.
 
 Why one module of ~420 lines: both paths to the same aggregate live here (the column path, with
-its arithmetic in ``aggregate_table``, and the record path that judged and code suites need), so that
-the golden test can hold them to one result; the gate input type is their common output.
+its arithmetic in ``aggregate_table``, and the record path that judged and code suites need), so
+that the golden test can hold them to one result; the gate input type is their common output.
 """
 
 from __future__ import annotations
