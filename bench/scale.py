@@ -13,7 +13,8 @@ descendants it reaped: the runner child) and peak RSS of the whole process tree 
 20 ms, the runner child included). Ratios are evalgate / pytest at the same size.
 
 Both rows leave out the pytest plugins installed here for our own tests only (hypothesis), and
-the package is compiled first (``throughput.compile_package``).
+both run with Python writing bytecode after a warm-up run (``throughput.bench_env``,
+``throughput.warm_up``).
 
 Run: ``python bench/scale.py [--sizes 10000,100000]``. Prints numbers, asserts nothing.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tree import run_tree
-from throughput import compile_package, foreign_plugins, served_suite
+from throughput import bench_env, foreign_plugins, served_suite, warm_up
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"]
 PYTEST += [part for flag in foreign_plugins() for part in flag.split()]  # both rows alike
@@ -48,14 +49,15 @@ def test_item(i):
 def bare(folder: Path, n: int) -> dict[str, object]:
     path = folder / f"test_trivial_{n}.py"
     path.write_text(TRIVIAL.format(n=n), encoding="utf-8")
-    return run_tree([*PYTEST, path.name], folder)
+    return run_tree([*PYTEST, path.name], folder, env=bench_env())
 
 
 def evalgate(folder: Path, n: int) -> dict[str, object]:
-    with served_suite(folder, n, latency_ms=0):
+    with served_suite(folder, n, latency_ms=0) as server:
+        warm_up(folder, server.base_url)
         store = folder / f"store-{time.monotonic_ns()}"
         argv = [*PYTEST, "--evalgate", f"--evalgate-store={store}", "evalgate.yaml"]
-        return run_tree(argv, folder)
+        return run_tree(argv, folder, env=bench_env())
 
 
 def _numbers(row: dict[str, object]) -> tuple[float, float, float]:
@@ -80,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     options = parser.parse_args()
-    compile_package()
+    run_tree([*PYTEST, "--version"], Path.cwd(), env=bench_env())  # the plugins' caches
     print(f"cpus: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}; simulated model at "
           "0 ms latency, budget 64, 1 candidate, 1 repetition", flush=True)  # fmt: skip
     results = {}
