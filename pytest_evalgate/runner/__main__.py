@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from pytest_evalgate.runner.child import evalgate_child_main
 
-raise SystemExit(evalgate_child_main())
+evalgate_child_main()
