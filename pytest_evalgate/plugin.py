@@ -98,12 +98,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("evalgate_policy", "gate policy path", default="")  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # The runner child starts here, as soon as the options say this process will request:
+    # its interpreter and imports (~0.27 s) overlap conftests, configuration and collection.
+    # A run that needs no request stops it again (session._stop); a process that ends before
+    # (a usage error) closes its stdin, and the child then exits without a request.
+    if evalgate_prespawn_wanted(early_config.known_args_namespace):
+        from pytest_evalgate.runner.spawn import evalgate_prespawn_child
+
+        evalgate_prespawn_child()
+
+
+def evalgate_prespawn_wanted(options: object) -> bool:
+    """Whether the parsed options (pytest's early namespace) name a session that requests:
+    ``--evalgate`` without ``--collect-only``, ``--evalgate-aggregate``, ``--help``,
+    ``--version`` or xdist's ``-n`` (its controller sends no request; its workers start their
+    child at collection)."""
+    if not getattr(options, "evalgate", False):
+        return False
+    quiet = ("collectonly", "evalgate_aggregate", "help", "version", "numprocesses")
+    return not any(getattr(options, name, None) for name in quiet)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("evalgate"):
         return
     from pytest_evalgate.items import EVALGATE_PLUGIN_KEY
+    from pytest_evalgate.protocol import EvalgateLightProtocol
     from pytest_evalgate.session import EvalgatePlugin
 
     plugin = EvalgatePlugin(config)
     config.stash[EVALGATE_PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, "evalgate-plugin")
+    config.pluginmanager.register(EvalgateLightProtocol(), "evalgate-protocol")
