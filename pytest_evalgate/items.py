@@ -179,8 +179,9 @@ class EvalgateItem(pytest.Item):
             self.user_properties.append(("evalgate.sandbox_outcome", sandbox["outcome"]))
 
     def reportinfo(self) -> tuple[str, int | None, str]:
-        """Location shown in reports: the suite file and the identity."""
-        return str(self.path), None, f"{self.candidate}::{self.name}"
+        """Location shown in reports: the suite file (its first line: pytest's report of a
+        skip mark needs a line) and the identity."""
+        return str(self.path), 0, f"{self.candidate}::{self.name}"
 
 
 def _why(record: Mapping[str, Any]) -> str:
