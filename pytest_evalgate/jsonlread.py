@@ -26,10 +26,15 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def evalgate_json_value(source: str, where: str, text: str | bytes) -> Any:
     """``text`` parsed as JSON; ``NaN``/``Infinity`` and invalid JSON raise
     ``EvalgateConfigError(source, where, reason)``."""
     try:
+        if isinstance(text, str) and not text.startswith("\ufeff"):
+            return _DECODER.decode(text)  # json.loads would build a decoder per line
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise EvalgateConfigError(source, where, f"not valid JSON: {exc.msg}") from None

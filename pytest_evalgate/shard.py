@@ -29,8 +29,8 @@ def evalgate_case_hash(case_id: str) -> int:
 
 
 def shard_for(case_id: str, n: int) -> int:
-    """The shard of ``case_id`` among ``n`` shards (SPEC section 2)."""
-    return evalgate_case_hash(case_id) % n
+    """The shard of ``case_id`` among ``n`` shards (SPEC section 2); 0 of 1 without hashing."""
+    return 0 if n == 1 else evalgate_case_hash(case_id) % n
 
 
 def evalgate_sub_shard(case_id: str, n: int, k: int) -> int:

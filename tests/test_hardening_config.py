@@ -9,6 +9,7 @@ hold nothing. The pure checks (numbers, names, URLs, JSON Lines, knobs) have uni
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -324,6 +325,23 @@ def test_json_values_refuse_nan_infinity_and_overflow() -> None:
             evalgate_json_value("f.jsonl", "line 3", text)
         assert (info.value.source, info.value.key) == ("f.jsonl", "line 3")
     assert evalgate_json_value("f", "k", '{"a": 1.5e3}') == {"a": 1500.0}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"id": "a", "n": [1, 2.5, -0.0, null, true]}', '"\\u00e9t\\u00e9"', "  [ ]  ", '{"a": {}}'],
+)
+def test_json_values_parse_as_json_loads_does(text: str) -> None:
+    # The reader keeps one decoder for every line; str and bytes give what json.loads gives.
+    assert evalgate_json_value("f", "k", text) == json.loads(text)
+    assert evalgate_json_value("f", "k", text.encode()) == json.loads(text)
+
+
+def test_json_values_name_a_byte_order_mark_and_trailing_data() -> None:
+    for text in ("\ufeff{}", '{"a": 1} {"b": 2}', "{"):
+        with pytest.raises(EvalgateConfigError, match="not valid JSON") as info:
+            evalgate_json_value("f.jsonl", "line 2", text)
+        assert (info.value.source, info.value.key) == ("f.jsonl", "line 2")
 
 
 def test_jsonl_rows_skip_blank_lines_and_name_unreadable_files(tmp_path: Path) -> None:
