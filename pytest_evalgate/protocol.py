@@ -12,10 +12,11 @@ teardown, the same ``PYTEST_CURRENT_TEST``, the same ``CallInfo``. Every report 
 ``pytest_runtest_logstart``, ``_logreport``, ``_logfinish`` and ``pytest_exception_interact``:
 the terminal, JUnit, ``-x``, ``--lf``, ``--pdb`` and xdist see what they always saw.
 
-An item takes pytest's own protocol (``evalgate_light_eligible`` is the whole condition) when it
-carries a mark (skip and xfail are evaluated in the hooks skipped here), when ``--setup-show``,
-``--setup-only`` or ``--setup-plan`` is given, when any plugin or conftest outside pytest
-implements one of the three hooks, or when another plugin runs its own protocol (a rerun plugin).
+An item takes pytest's own protocol when it carries a mark (skip and xfail are evaluated in the
+hooks skipped here; checked per item) or when ``evalgate_light_eligible`` (per suite file) says
+no: ``--setup-show``, ``--setup-only`` or ``--setup-plan`` is given, a plugin or conftest outside
+pytest implements one of the three hooks, or another plugin runs its own protocol (a rerun
+plugin).
 What the light path does not do: it captures no output and no log records into the report's
 sections (live logging, ``--log-file`` and the terminal are unchanged), and an unraisable or
 thread exception is attributed to a later item rather than to this one.
