@@ -62,7 +62,8 @@ class EvalgateIntegrityError(EvalgateStoreError):
 
 class EvalgateStorePathError(EvalgateStoreError):
     """A path under the store root resolves outside it (a symlink that leaves the store, a
-    ``..`` component); the message names the path, where it leads and why it is refused."""
+    ``..`` component), or the store cannot be written at all; the message names the path,
+    where it leads and why it is refused."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path

@@ -581,9 +581,13 @@ class EvalgatePlugin:
     def _generation(self, candidate_prefix: str) -> str:
         # Resume into the newest generation; --evalgate-fresh claims a new one for this run.
         fresh = bool(self.config.getoption("evalgate_fresh"))
-        return evalgate_use_generation(
-            self.backend, candidate_prefix, self.topology.run_id if fresh else None
-        )
+        try:
+            return evalgate_use_generation(
+                self.backend, candidate_prefix, self.topology.run_id if fresh else None
+            )
+        except OSError as exc:  # the store's folders cannot be made or written: refused
+            reason = f"cannot be written ({exc.strerror or exc})"
+            raise EvalgateStorePathError(self.store_root, reason) from exc
 
     def _load_stored(self, digest: str, revision: str, key: str, prefix: str) -> None:
         view = evalgate_read_generation(

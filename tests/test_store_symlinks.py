@@ -205,6 +205,26 @@ def test_a_run_whose_store_leads_out_stops_before_any_request(
     assert not log.exists() or log.read_text() == ""  # nothing was requested
 
 
+@pytest.mark.parametrize("select", [(), ("-k", "candidate")], ids=["early", "item-loop"])
+def test_a_store_that_cannot_be_written_stops_before_any_request(
+    pytester: pytest.Pytester, select: tuple[str, ...]
+) -> None:
+    # A regular file where the store's folder would go: whether the runner starts while pytest
+    # collects (the whole suite) or at the item loop (-k), the run says so, exit 1, no request.
+    _suite(pytester)
+    (pytester.path / "blocker").write_text("not a folder")
+    log = pytester.path / "requests.log"
+    store = "--evalgate-store=blocker/store"
+    result = pytester.runpytest(*ARGS, store, f"--evalgate-request-log={log}", *select)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        ["*evalgate: store refused: blocker/store: cannot be written (Not a directory);"
+         " nothing was requested*"]
+    )  # fmt: skip
+    assert "INTERNALERROR" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+    assert not log.exists() or log.read_text() == ""
+
+
 def test_a_report_folder_in_the_store_that_leads_out_is_refused(
     pytester: pytest.Pytester,
 ) -> None:
