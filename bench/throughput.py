@@ -209,6 +209,13 @@ def bench_env() -> dict[str, str]:
     return env
 
 
+def evalgate_argv(store: Path, *extra: str) -> list[str]:
+    """The measured ``pytest --evalgate`` command on a folder's ``evalgate.yaml``."""
+    argv = [sys.executable, "-m", "pytest", "--evalgate", "-q", "-p", "no:cacheprovider"]
+    argv += [part for flag in foreign_plugins() for part in flag.split()]
+    return [*argv, f"--evalgate-store={store}", "evalgate.yaml", *extra]
+
+
 def warm_up(folder: Path, base_url: str) -> None:
     """One unmeasured ``pytest --evalgate`` run on the suite's first 50 cases (the simulator
     knows their answers) and one bare pytest start, in ``bench_env``: every module the measured
@@ -216,20 +223,14 @@ def warm_up(folder: Path, base_url: str) -> None:
     small = folder / "warm-up"
     small.mkdir(exist_ok=True)
     write_suite(small, 50, base_url)
-    argv = [sys.executable, "-m", "pytest", "--evalgate", "-q", "-p", "no:cacheprovider"]
-    argv += [part for flag in foreign_plugins() for part in flag.split()]
-    argv += [f"--evalgate-store={small / 'store'}", "evalgate.yaml"]
-    _wall, _cpu, _rss, text = run_child(argv, small)
+    _wall, _cpu, _rss, text = run_child(evalgate_argv(small / "store"), small)
     assert "verdict PASS" in text, text[-2000:]
     run_child([sys.executable, "-m", "pytest", "--version"], small)
 
 
 def measure_evalgate(folder: Path, n: int, extra: list[str]) -> dict[str, float]:
     store = folder / f"store-{time.monotonic_ns()}"
-    argv = [sys.executable, "-m", "pytest", "--evalgate", "-q", "-p", "no:cacheprovider"]
-    argv += [part for flag in foreign_plugins() for part in flag.split()]
-    argv += [f"--evalgate-store={store}", "evalgate.yaml", *extra]
-    wall, cpu, rss, text = run_child(argv, folder)
+    wall, cpu, rss, text = run_child(evalgate_argv(store, *extra), folder)
     phase, count = record_phase(store)
     assert count == n, text[-2000:]
     return {"phase": n / phase, "whole": n / wall, "cpu_ms": 1e3 * cpu / n, "rss": rss,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import bdb
 import os
 import sys
+import types
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -81,7 +82,7 @@ def evalgate_light_eligible(item: pytest.Item, protocol: object) -> bool:
 
 
 def _pytest_own(plugin: object) -> bool:
-    module = getattr(plugin, "__name__", None) if isinstance(plugin, type(sys)) else None
+    module = plugin.__name__ if isinstance(plugin, types.ModuleType) else None
     module = module or type(plugin).__module__
     return module.startswith("_pytest.") or module in _KNOWN_MODULES
 
@@ -92,12 +93,15 @@ def evalgate_run_light(item: EvalgateItem, nextitem: pytest.Item | None) -> None
     location = item.location
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=location)
     state = item.session._setupstate  # pytest's own, so collector setup and teardown hold
-    setup = _phase(ihook, item, "setup", lambda: state.setup(item))
+    reraise: tuple[type[BaseException], ...] = (pytest.exit.Exception,)
+    if not item.config.getoption("usepdb", False):
+        reraise += (KeyboardInterrupt,)
+    setup = _phase(ihook, item, "setup", lambda: state.setup(item), reraise)
     if setup.passed:
-        _phase(ihook, item, "call", lambda: _call(item))
+        _phase(ihook, item, "call", lambda: _call(item), reraise)
     if item.session.shouldfail or item.session.shouldstop:
         nextitem = None  # as pytest does: a stopping session tears everything down
-    _phase(ihook, item, "teardown", lambda: state.teardown_exact(nextitem))
+    _phase(ihook, item, "teardown", lambda: state.teardown_exact(nextitem), reraise)
     os.environ.pop(_CURRENT, None)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=location)
 
@@ -107,11 +111,10 @@ def _phase(
     item: EvalgateItem,
     when: Literal["setup", "call", "teardown"],
     run: Callable[[], None],
+    reraise: tuple[type[BaseException], ...],
 ) -> pytest.TestReport:
-    """One phase as ``_pytest.runner.call_and_report`` runs it."""
-    reraise: tuple[type[BaseException], ...] = (pytest.exit.Exception,)
-    if not item.config.getoption("usepdb", False):
-        reraise += (KeyboardInterrupt,)
+    """One phase as ``_pytest.runner.call_and_report`` runs it (``reraise``: what propagates
+    instead of becoming the phase's outcome)."""
     os.environ[_CURRENT] = f"{item.nodeid} ({when})"
     call = pytest.CallInfo.from_call(run, when=when, reraise=reraise)
     report: pytest.TestReport = ihook.pytest_runtest_makereport(item=item, call=call)
