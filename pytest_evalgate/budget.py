@@ -34,7 +34,7 @@ import math
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pytest_evalgate.errors import EvalgateConfigError
 
@@ -58,6 +58,22 @@ def evalgate_share(total: float, parts: int, index: int, *, integer: bool) -> fl
     if integer:
         return _integer_share(int(total), parts, index)
     return _float_share(float(total), parts)
+
+
+def evalgate_check_shares(
+    source: str, totals: Mapping[str, int], parts: int, processes: str
+) -> None:
+    """Refuse each concurrency total of ``totals`` (manifest key -> total) that ``parts``
+    processes cannot share, each needing at least one slot: the error names ``source`` (the
+    manifest), the key, and ``processes`` (how the processes come about, e.g. "2 shards x 2 xdist
+    workers"). Checked when the suite loads, before any request."""
+    for key, total in totals.items():
+        if total < parts:
+            reason = (
+                f"{total} is less than the {parts} processes sharing it ({processes}); each"
+                f" needs at least 1: raise {key} to {parts} or run fewer processes"
+            )
+            raise EvalgateConfigError(source, key, reason)
 
 
 def _integer_share(total: int, parts: int, index: int) -> int:

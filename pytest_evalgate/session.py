@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_evalgate.budget import evalgate_share
+from pytest_evalgate.budget import evalgate_check_shares, evalgate_share
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.early import evalgate_may_start_early
 from pytest_evalgate.endpoints import EvalgateEndpointPool, evalgate_check_endpoints
@@ -88,6 +88,7 @@ if TYPE_CHECKING:  # judged suites only: imported when one runs (session_judging
     from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
     from pytest_evalgate.runner.judging import EvalgateJudgeStage
 
+_WORKER_STOP = "evalgate_stop"  # the workeroutput key: why an xdist worker stopped at collection
 _LOG = logging.getLogger("pytest_evalgate")
 
 
@@ -150,6 +151,8 @@ class EvalgatePlugin:
         self.works: dict[Any, EvalgateWork] = {}
         self.selection: dict[str, dict[str, list[str]]] = {}
         self.crashed: list[str] = []
+        self.worker_stop: dict[str, Any] | None = None  # xdist worker: why it stops at collection
+        self.worker_stops: list[dict[str, Any]] = []  # xdist controller: why its workers stopped
         self.summary: list[str] = []
         self.gate_exit = 0
         self.tally = EvalgateTally()
@@ -162,7 +165,9 @@ class EvalgatePlugin:
         self.frozen = False  # gc.freeze() was called when the runner started
         self.stopped = False  # the runner, the judging stage and the endpoints were closed
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
-        self.early_runs: dict[str, EvalgateSuiteRun] = {}
+        # runs prepared (generations claimed, stored records loaded) before the item loop: the
+        # early start's suite, and an xdist worker's suites at the end of its collection
+        self.ready_runs: dict[str, EvalgateSuiteRun] = {}
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
 
     def _topology(self) -> EvalgateTopology:
@@ -187,8 +192,21 @@ class EvalgatePlugin:
         if not (self.aggregate_only or self.config.option.collectonly or controller):
             evalgate_prespawn_child()
 
+    def _prepare_worker_runs(self, items: list[Any]) -> None:
+        """An xdist worker claims its generations and loads what is stored before it reports
+        its collection, not at its item loop: a store refused there ended the worker with items
+        the controller had scheduled to it (an INTERNALERROR that hid the reason). ``_start``
+        takes these runs from ``ready_runs``."""
+        paths = {item.suite_path for item in items if isinstance(item, EvalgateItem)}
+        try:
+            for path in sorted(paths - set(self.ready_runs)):
+                self.ready_runs[path] = self._suite_run(self._loaded(path))
+        except EvalgateStorePathError as exc:
+            self.worker_stop = {"message": _refused(exc), "returncode": 1}
+            raise pytest.UsageError(_refused(exc)) from exc
+
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.early_runs and not self.stopped:
+        if self.ready_runs and not self.stopped:
             # started early, and the item loop never came (collection failed or was stopped):
             # commit what was answered, end the child and the endpoints
             self._stop()
@@ -209,6 +227,7 @@ class EvalgatePlugin:
         if path not in self.suites:
             try:
                 suite = EvalgateSuite(self.config, path, self._policy_option(), self._gates())
+                self._check_shares(suite.manifest)
                 suite.execution = self._execution(suite)  # scorer: code: its sandbox share
                 self._check_endpoints(suite.manifest)
                 self.suites[path] = suite
@@ -216,6 +235,24 @@ class EvalgatePlugin:
                 self.config_errors.append(exc)
                 self.suites[path] = None
         return self.suites[path]
+
+    def _check_shares(self, manifest: EvalgateManifest) -> None:
+        # Every process that requests needs a slot of each run-wide concurrency budget: a budget
+        # smaller than the processes is a usage error at collection, naming the file and key.
+        if self.aggregate_only or self.config.option.collectonly:
+            return
+        totals = {"budget.max_concurrency": int(manifest.budget["max_concurrency"])}
+        if manifest.judged is not None:
+            judge_budget = manifest.judged.judge.budget
+            totals["judge.budget.max_concurrency"] = int(judge_budget["max_concurrency"])
+        if manifest.sandbox is not None:
+            totals["sandbox.max_concurrency"] = int(manifest.sandbox["max_concurrency"])
+        topology = self.topology
+        processes = (
+            f"{_count(topology.shard_count, 'shard')} x"
+            f" {_count(topology.worker_count, 'xdist worker')}"
+        )
+        evalgate_check_shares(manifest.path, totals, topology.parts, processes)
 
     def _check_endpoints(self, manifest: EvalgateManifest) -> None:
         # Keys, URL overrides, simulator knobs and the load phase's prompts are checked at
@@ -240,6 +277,20 @@ class EvalgatePlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[Any]) -> None:
+        try:
+            self._modify_items(config, items)
+        except pytest.UsageError as exc:
+            if hasattr(config, "workerinput"):
+                # An xdist worker that stops here (a bad manifest, a refused store) reports an
+                # empty collection (pytest reports it even when this hook raises), so nothing is
+                # scheduled to it, and tells the controller why: the controller stops the session
+                # with it (pytest_testnodedown, pytest_runtestloop) as a session without xdist.
+                items.clear()
+                stop = self.worker_stop or {"message": str(exc), "returncode": 4}
+                config.workeroutput[_WORKER_STOP] = stop  # type: ignore[attr-defined]
+            raise
+
+    def _modify_items(self, config: pytest.Config, items: list[Any]) -> None:
         if self.config_errors:
             raise pytest.UsageError("\n".join(str(exc) for exc in self.config_errors))
         tier = config.getoption("evalgate_tier")
@@ -247,6 +298,9 @@ class EvalgatePlugin:
             _deselect(config, items, lambda path, case: self._case_in_tier(path, case, tier))
         if self.topology.sharded:
             _deselect(config, items, self._case_in_shard)
+        worker = hasattr(config, "workerinput")
+        if worker and not (self.aggregate_only or config.option.collectonly):
+            self._prepare_worker_runs(items)
 
     def _case_in_tier(self, path: str, case_id: str, name: str) -> bool:
         manifest = self._loaded(path).manifest
@@ -286,6 +340,8 @@ class EvalgatePlugin:
             result = yield
         finally:
             self._stop()
+        if self.worker_stops:  # the xdist controller: what stopped its workers
+            evalgate_stop_for_workers(self.worker_stops)
         if self.frozen:
             # What the item loop left (pytest's reports, mostly) joins the frozen generation
             # before the gate: a full collection during the gate traversed it (~90 ms at 10,000
@@ -315,7 +371,11 @@ class EvalgatePlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        output = getattr(node, "workeroutput", {}).get("evalgate")
+        workeroutput = getattr(node, "workeroutput", {})
+        stop = workeroutput.get(_WORKER_STOP)
+        if stop is not None and stop not in self.worker_stops:
+            self.worker_stops.append(stop)  # every worker reports the same manifest's
+        output = workeroutput.get("evalgate")
         if output is None:
             self.crashed.append(str(getattr(node.gateway, "id", "worker")))
             return
@@ -365,10 +425,10 @@ class EvalgatePlugin:
             self._start(items)
         except EvalgateStorePathError as exc:
             # nothing was requested or committed: the store would lead writes outside it
-            pytest.exit(f"evalgate: store refused: {exc}; nothing was requested", returncode=1)
+            pytest.exit(_refused(exc), returncode=1)
 
     def _start(self, items: list[EvalgateItem]) -> None:
-        runs = dict(self.early_runs)  # suites whose runner started while pytest collected
+        runs = dict(self.ready_runs)  # suites prepared while pytest collected
         for path in sorted({item.suite_path for item in items} - set(runs)):
             runs[path] = self._suite_run(self._loaded(path))
         works = self._prefetch(self._works(items, runs))
@@ -403,7 +463,7 @@ class EvalgatePlugin:
             return  # judged: the judging stage starts with the item loop, sees every answer
         try:
             run = self._suite_run(suite)
-            self.early_runs[path] = run
+            self.ready_runs[path] = run
             works = self._suite_works(path, run)
             if works:
                 self._launch({path: run}, works, early=True)
@@ -415,7 +475,7 @@ class EvalgatePlugin:
         except EvalgateStorePathError:
             # Not from inside collection (pytest would call it a collection error): the item
             # loop's start meets the same refusal and stops the run as before, nothing requested.
-            self.early_runs.pop(path, None)
+            self.ready_runs.pop(path, None)
             self.works.clear()
 
     def _selection_loads(self, path: str) -> bool:
@@ -698,6 +758,23 @@ def _deselect(config: pytest.Config, items: list[Any], keeps: Callable[[str, str
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _refused(exc: EvalgateStorePathError) -> str:
+    return f"evalgate: store refused: {exc}; nothing was requested"
+
+
+def evalgate_stop_for_workers(stops: list[dict[str, Any]]) -> None:
+    """Stop the xdist controller's session for what stopped its workers at collection: their
+    usage errors (exit 4, every message), else a refused store (exit 1), as without xdist."""
+    usage = [stop["message"] for stop in stops if stop["returncode"] == 4]
+    if usage:
+        raise pytest.UsageError("\n".join(usage))
+    pytest.exit(stops[0]["message"], returncode=int(stops[0]["returncode"]))
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:

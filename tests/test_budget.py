@@ -9,7 +9,7 @@ import time
 import pytest
 from faultserver import FaultServer, FaultStep
 
-from pytest_evalgate.budget import EvalgateLimiter, evalgate_share
+from pytest_evalgate.budget import EvalgateLimiter, evalgate_check_shares, evalgate_share
 from pytest_evalgate.client import EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 
@@ -28,6 +28,27 @@ def test_integer_shares_sum_to_total_and_differ_by_at_most_one(total: int, parts
 
 def test_integer_share_example() -> None:
     assert [evalgate_share(10, 4, i, integer=True) for i in range(4)] == [3, 3, 2, 2]
+
+
+def test_check_shares_names_the_file_the_first_short_key_and_the_processes() -> None:
+    totals = {
+        "budget.max_concurrency": 4,
+        "judge.budget.max_concurrency": 3,
+        "sandbox.max_concurrency": 1,
+    }
+    evalgate_check_shares("s/evalgate.yaml", totals, 1, "1 shard x 1 xdist worker")
+    evalgate_check_shares(
+        "s/evalgate.yaml", {"budget.max_concurrency": 3}, 3, "3 shards"
+    )  # equal: one each
+    with pytest.raises(EvalgateConfigError) as info:
+        evalgate_check_shares("s/evalgate.yaml", totals, 4, "2 shards x 2 xdist workers")
+    assert info.value.source == "s/evalgate.yaml"
+    assert info.value.key == "judge.budget.max_concurrency"  # 4 slots are enough, 3 are not
+    assert str(info.value) == (
+        "s/evalgate.yaml: judge.budget.max_concurrency: 3 is less than the 4 processes sharing it"
+        " (2 shards x 2 xdist workers); each needs at least 1: raise"
+        " judge.budget.max_concurrency to 4 or run fewer processes"
+    )
 
 
 def test_concurrency_below_process_count_is_a_config_error() -> None:

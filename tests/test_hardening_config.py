@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,8 @@ from pytest_evalgate.jsonlread import evalgate_json_value, evalgate_jsonl_rows
 from pytest_evalgate.manifest import evalgate_load_manifest
 from pytest_evalgate.policy import evalgate_load_policy
 from pytest_evalgate.simulated import evalgate_parse_simulated_url
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 class _Counting(ThreadingHTTPServer):
@@ -79,11 +82,14 @@ def _edit(path: Path, *keys: str, value: Any) -> None:
     path.write_text(yaml.safe_dump(document, sort_keys=False))
 
 
-def _run_refused(pytester: pytest.Pytester, server: _Counting, *expected: str) -> str:
-    """Run the suite; assert exit 4 before any request with every ``expected`` text."""
+def _run_refused(
+    pytester: pytest.Pytester, server: _Counting, *expected: str, args: Sequence[str] = ()
+) -> str:
+    """Run the suite (with ``args``); assert exit 4 before any request with every ``expected``
+    text."""
     store = pytester.path / "store"
     result = pytester.runpytest(
-        "--evalgate", "suite", f"--evalgate-store={store}", "-p", "no:cacheprovider"
+        "--evalgate", "suite", f"--evalgate-store={store}", "-p", "no:cacheprovider", *args
     )
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == 4, text
@@ -93,6 +99,95 @@ def _run_refused(pytester: pytest.Pytester, server: _Counting, *expected: str) -
     assert server.requests == 0
     assert not store.exists() or not [p for p in store.rglob("*") if p.is_file()]
     return text
+
+
+# --------------------------------------------------------------------------- xdist and shards
+
+
+def test_a_bad_manifest_under_xdist_is_exit_4_naming_the_key(
+    pytester: pytest.Pytester, endpoint: _Counting
+) -> None:
+    # Each worker stops at its collection; the controller used to say only "workers ['gw1',
+    # 'gw0'] crashed before reporting; no verdict" (exit 1), never which key was wrong.
+    path = _suite(pytester, endpoint)
+    _edit(path, "budget", "bogus", value=1)
+    text = _run_refused(
+        pytester, endpoint, f"{path.name}: budget.bogus: unknown key", args=["-n", "2"]
+    )
+    assert "crashed" not in text
+    assert text.count("budget.bogus: unknown key") == 1  # both workers said it; shown once
+
+
+@pytest.mark.parametrize(
+    ("args", "processes"),
+    [
+        (["-n", "2"], "1 shard x 2 xdist workers"),
+        (["--evalgate-shard", "1/2"], "2 shards x 1 xdist worker"),
+        (["-n", "2", "--evalgate-shard", "0/2"], "2 shards x 2 xdist workers"),
+    ],
+    ids=["xdist", "shard", "both"],
+)
+def test_a_concurrency_budget_smaller_than_its_processes_is_exit_4_before_any_request(
+    pytester: pytest.Pytester, endpoint: _Counting, args: list[str], processes: str
+) -> None:
+    # Every process needs one slot of the run-wide budget; under xdist this was an INTERNALERROR
+    # in the middle of the item loop, sharded a collection error without the file's name.
+    parts = 4 if processes.startswith("2 shards x 2") else 2
+    path = _suite(pytester, endpoint, shards=2, budget={"max_concurrency": parts - 1})
+    _run_refused(
+        pytester,
+        endpoint,
+        f"{path.name}: budget.max_concurrency: {parts - 1} is less than the {parts} processes"
+        f" sharing it ({processes}); each needs at least 1",
+        args=args,
+    )
+
+
+def test_enough_concurrency_for_every_process_runs_under_xdist_and_shards(
+    pytester: pytest.Pytester,
+) -> None:
+    # the boundary: 2 slots for 2 processes is enough
+    write_suite(
+        pytester.path / "suite",
+        {
+            "candidate": "simulated://?accuracy=1.0&seed=1",
+            "baseline": "simulated://?accuracy=1.0&seed=2",
+        },
+        shards=2,
+        budget={"max_concurrency": 2},
+    )
+    result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=25)  # 2 candidates x 12 cases + the gate
+
+
+def test_a_sandbox_budget_smaller_than_its_processes_is_exit_4_naming_the_manifest(
+    pytester: pytest.Pytester,
+) -> None:
+    # The example code suite with one sandbox slot for two xdist workers: refused by the file's
+    # name and key before anything starts (it was "sandbox: sandbox.max_concurrency: ...").
+    suite = pytester.path / "code"
+    shutil.copytree(REPO / "suites" / "code", suite)
+    manifest = suite / "evalgate.yaml"
+    text = manifest.read_text()
+    manifest.write_text(
+        text.replace("isolation: auto, max_concurrency: 4", "isolation: none, max_concurrency: 1")
+    )
+    log = pytester.path / "requests.log"
+    result = pytester.runpytest(
+        "--evalgate", "code", "-p", "no:cacheprovider", "-n", "2", f"--evalgate-request-log={log}"
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 4, output
+    assert (
+        "code/evalgate.yaml: sandbox.max_concurrency: 1 is less than the 4 processes sharing it"
+        " (2 shards x 2 xdist workers)" not in output
+    )  # not sharded by --evalgate-shard: 2 processes
+    assert (
+        "code/evalgate.yaml: sandbox.max_concurrency: 1 is less than the 2 processes sharing it"
+        " (1 shard x 2 xdist workers)" in output
+    ), output
+    assert not log.exists() or log.read_text() == ""
 
 
 # --------------------------------------------------------------------------- numbers

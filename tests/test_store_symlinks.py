@@ -205,12 +205,15 @@ def test_a_run_whose_store_leads_out_stops_before_any_request(
     assert not log.exists() or log.read_text() == ""  # nothing was requested
 
 
-@pytest.mark.parametrize("select", [(), ("-k", "candidate")], ids=["early", "item-loop"])
+@pytest.mark.parametrize(
+    "select", [(), ("-k", "candidate"), ("-n", "2")], ids=["early", "item-loop", "xdist"]
+)
 def test_a_store_that_cannot_be_written_stops_before_any_request(
     pytester: pytest.Pytester, select: tuple[str, ...]
 ) -> None:
     # A regular file where the store's folder would go: whether the runner starts while pytest
-    # collects (the whole suite) or at the item loop (-k), the run says so, exit 1, no request.
+    # collects (the whole suite), at the item loop (-k) or in xdist workers (each stops at its
+    # collection and the controller says why: it was an INTERNALERROR), exit 1, no request.
     _suite(pytester)
     (pytester.path / "blocker").write_text("not a folder")
     log = pytester.path / "requests.log"
