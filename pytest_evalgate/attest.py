@@ -1,8 +1,10 @@
-"""Signed decision records and overrides (SPEC section 7).
+"""Signed decision records (SPEC section 7): statements, DSSE envelopes, sign and verify.
 
 A decision record (a builtins dict from the gate/report stage) becomes an in-toto Statement v1
 whose subject is the candidate's weights digest; the statement's canonical JSON bytes are signed
 in a DSSE envelope (PAE signing) with an ECDSA P-256 / SHA-256 key, cosign's default key type.
+Keys live in :mod:`pytest_evalgate.attest_keys`, overrides in
+:mod:`pytest_evalgate.attest_override`.
 
 Contracts:
 
@@ -10,15 +12,12 @@ Contracts:
   ``partial``, ``incomplete``, ``invalid``, unknown verdicts and ``attestable`` other than
   ``True`` are refused with :class:`EvalgateSignatureError`, so they can never be signed as
   passing; :func:`evalgate_refusal_reason` tells a caller beforehand.
-- Verification failures raise :class:`EvalgateSignatureError` naming the reason. Unusable key
-  files, bad override options and existing key files raise :class:`EvalgateConfigError`.
+- Verification failures raise :class:`EvalgateSignatureError` naming the reason.
 - Any change to a byte of the signed content (payload, payloadType, signature, key id) fails
   verification, and so does any signature claiming the trusted key id that does not verify
   (not only an envelope where none verifies). Base64 may be standard or URL-safe, padded or
   not (DSSE requires verifiers to accept either), but must be the one canonical text of its
   bytes in one alphabet.
-- An override is a separate signed statement (predicateType :data:`EVALGATE_OVERRIDE_TYPE`) that
-  names the decision by the sha256 of the decision envelope's decoded payload bytes.
 """
 
 from __future__ import annotations
@@ -30,25 +29,24 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from pytest_evalgate.attest_keys import (
+    evalgate_keyid,
+    evalgate_load_private_key,
+    evalgate_load_public_key,
+)
 from pytest_evalgate.canonical import evalgate_canonical_json
-from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
+from pytest_evalgate.errors import EvalgateSignatureError
 
 EVALGATE_STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 EVALGATE_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 EVALGATE_PREDICATE_TYPE = "https://pytest-evalgate.dev/decision/v1"
-EVALGATE_OVERRIDE_TYPE = "https://pytest-evalgate.dev/override/v1"
-EVALGATE_KEY_PASSWORD_ENV = "PYTEST_EVALGATE_SIGN_KEY_PASSWORD"
 EVALGATE_ATTESTABLE_VERDICTS = frozenset({"pass", "fail"})
-EVALGATE_OVERRIDE_MAX_DAYS = 90
-EVALGATE_PRIVATE_KEY_NAME = "evalgate.key"
-EVALGATE_PUBLIC_KEY_NAME = "evalgate.pub"
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -87,118 +85,6 @@ def _b64decode(text: object, what: str) -> bytes:
 def _b64_forms(data: bytes, urlsafe: bool) -> tuple[str, str]:
     encoded = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode("ascii")
     return encoded, encoded.rstrip("=")
-
-
-# --- keys ------------------------------------------------------------------------------------
-
-
-def evalgate_keyid(public_key: ec.EllipticCurvePublicKey) -> str:
-    """Key id: hex sha256 of the public key's DER SubjectPublicKeyInfo."""
-    der = public_key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return hashlib.sha256(der).hexdigest()
-
-
-def _read_key_file(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise EvalgateConfigError(path, "key", f"cannot read key file: {exc.strerror}") from None
-
-
-def _require_p256(key: object, path: str) -> None:
-    curve = getattr(key, "curve", None)
-    if not isinstance(curve, ec.SECP256R1):
-        raise EvalgateConfigError(path, "key", "not an ECDSA P-256 key (cosign's default type)")
-
-
-def _key_password() -> bytes | None:
-    password = os.environ.get(EVALGATE_KEY_PASSWORD_ENV)
-    return None if password is None else password.encode("utf-8")
-
-
-def evalgate_load_private_key(path: str) -> ec.EllipticCurvePrivateKey:
-    """Load a PEM ECDSA P-256 private key; an encrypted PEM takes its password from the
-    environment variable ``PYTEST_EVALGATE_SIGN_KEY_PASSWORD``."""
-    data = _read_key_file(path)
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except TypeError:  # encrypted: cryptography asks for a password
-        key = _load_encrypted(data, path)
-    except ValueError as exc:
-        raise EvalgateConfigError(path, "key", f"not a PEM private key: {exc}") from None
-    _require_p256(key, path)
-    assert isinstance(key, ec.EllipticCurvePrivateKey)
-    return key
-
-
-def _load_encrypted(data: bytes, path: str) -> Any:
-    password = _key_password()
-    if password is None:
-        reason = f"the key is encrypted; set {EVALGATE_KEY_PASSWORD_ENV} to its password"
-        raise EvalgateConfigError(path, "key", reason)
-    try:
-        return serialization.load_pem_private_key(data, password=password)
-    except ValueError:
-        reason = f"cannot decrypt the key with {EVALGATE_KEY_PASSWORD_ENV}"
-        raise EvalgateConfigError(path, "key", reason) from None
-
-
-def evalgate_load_public_key(path: str) -> ec.EllipticCurvePublicKey:
-    """Load a PEM SubjectPublicKeyInfo ECDSA P-256 public key (the format of ``cosign.pub``)."""
-    data = _read_key_file(path)
-    try:
-        key = serialization.load_pem_public_key(data)
-    except ValueError as exc:
-        raise EvalgateConfigError(path, "key", f"not a PEM public key: {exc}") from None
-    _require_p256(key, path)
-    assert isinstance(key, ec.EllipticCurvePublicKey)
-    return key
-
-
-def evalgate_generate_key(directory: str) -> tuple[str, str]:
-    """Write a new P-256 key pair as ``evalgate.key`` (PKCS#8 PEM, mode 0600) and
-    ``evalgate.pub`` (SPKI PEM) in ``directory``; return their paths. The private key is
-    encrypted when ``PYTEST_EVALGATE_SIGN_KEY_PASSWORD`` is set. Existing files are never
-    overwritten (:class:`EvalgateConfigError`)."""
-    os.makedirs(directory, exist_ok=True)
-    private_path = os.path.join(directory, EVALGATE_PRIVATE_KEY_NAME)
-    public_path = os.path.join(directory, EVALGATE_PUBLIC_KEY_NAME)
-    for path in (private_path, public_path):
-        if os.path.exists(path):
-            raise EvalgateConfigError(path, "--dir", "refusing to overwrite an existing key file")
-    key = ec.generate_private_key(ec.SECP256R1())
-    _write_new(private_path, _private_pem(key), 0o600)
-    _write_new(public_path, _public_pem(key.public_key()), 0o644)
-    return private_path, public_path
-
-
-def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    password = _key_password()
-    encryption: serialization.KeySerializationEncryption = (
-        serialization.NoEncryption()
-        if password is None
-        else serialization.BestAvailableEncryption(password)
-    )
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
-    )
-
-
-def _public_pem(key: ec.EllipticCurvePublicKey) -> bytes:
-    return key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-
-
-def _write_new(path: str, data: bytes, mode: int) -> None:
-    # O_EXCL and the mode at creation: the private key is never readable by others, not even
-    # for the instant between writing and a later chmod.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
 
 
 # --- statements ------------------------------------------------------------------------------
@@ -313,7 +199,7 @@ def evalgate_sign(statement: Mapping[str, Any], private_key_pem_path: str) -> di
     }
 
 
-def _envelope_parts(envelope: Any) -> tuple[bytes, list[dict[str, Any]]]:
+def evalgate_envelope_parts(envelope: Any) -> tuple[bytes, list[dict[str, Any]]]:
     """The decoded payload and signature list of a DSSE envelope with our payloadType."""
     if not isinstance(envelope, dict):
         raise EvalgateSignatureError("the envelope is not a JSON object")
@@ -337,7 +223,7 @@ def _verify_body(envelope: Any, public_key: ec.EllipticCurvePublicKey) -> bytes:
     One failing signature under the trusted key id fails the envelope, even beside one that
     verifies: an envelope that carries a bad signature in the trusted signer's name is not
     what that signer wrote (a spliced or damaged file), so it is never accepted."""
-    body, signatures = _envelope_parts(envelope)
+    body, signatures = evalgate_envelope_parts(envelope)
     keyid = evalgate_keyid(public_key)
     # DSSE key ids are hints; we still require ours so a wrong key reads as "unknown key id",
     # and check every signature that carries it.
@@ -358,7 +244,8 @@ def _verify_body(envelope: Any, public_key: ec.EllipticCurvePublicKey) -> bytes:
     return body
 
 
-def _parse_statement(body: bytes) -> dict[str, Any]:
+def evalgate_parse_statement(body: bytes) -> dict[str, Any]:
+    """The shape-checked statement in decoded payload bytes (no signature is checked here)."""
     try:
         statement = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -379,12 +266,12 @@ def evalgate_verify_with_key(
 ) -> dict[str, Any]:
     """:func:`evalgate_verify` with a loaded key (callers that verify many envelopes load the
     key once); same checks, same errors."""
-    return _parse_statement(_verify_body(envelope, public_key))
+    return evalgate_parse_statement(_verify_body(envelope, public_key))
 
 
 def evalgate_payload_sha256(envelope: Mapping[str, Any]) -> str:
     """Hex sha256 of an envelope's decoded payload bytes: the id an override links to."""
-    body, _ = _envelope_parts(envelope)
+    body, _ = evalgate_envelope_parts(envelope)
     return hashlib.sha256(body).hexdigest()
 
 
@@ -435,168 +322,3 @@ def evalgate_write_envelope(envelope: Mapping[str, Any], path: str) -> None:
     """Write an envelope as canonical JSON plus a newline (every byte of the file matters)."""
     with open(path, "wb") as handle:
         handle.write(evalgate_canonical_json(envelope) + b"\n")
-
-
-# --- overrides -------------------------------------------------------------------------------
-
-
-def _utc_now(now: datetime | None) -> datetime:
-    return datetime.now(UTC) if now is None else _aware(now, "now")
-
-
-def _aware(moment: datetime, what: str) -> datetime:
-    if moment.tzinfo is None:
-        raise EvalgateConfigError("override", what, "a time needs a timezone (e.g. 'Z')")
-    return moment.astimezone(UTC)
-
-
-def evalgate_parse_time(text: str, what: str = "expires_at") -> datetime:
-    """Parse an ISO 8601 time with a timezone into an aware UTC datetime."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        raise EvalgateConfigError("override", what, f"{text!r} is not an ISO 8601 time") from None
-    return _aware(moment, what)
-
-
-def evalgate_format_time(moment: datetime) -> str:
-    """An aware datetime as ``YYYY-MM-DDTHH:MM:SSZ`` (UTC, whole seconds, truncated)."""
-    return _aware(moment, "time").strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _unverified_statement(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    body, _ = _envelope_parts(envelope)
-    return _parse_statement(body)
-
-
-def _check_expiry(expires: datetime, now: datetime, max_days: int) -> None:
-    if expires <= now:
-        raise EvalgateConfigError("override", "expires_at", "the expiry is in the past")
-    if expires > now + timedelta(days=max_days):
-        reason = f"the expiry is more than {max_days} days ahead"
-        raise EvalgateConfigError("override", "expires_at", reason)
-
-
-def _override_predicate(
-    decision_envelope: Mapping[str, Any], approver: str, reason: str, issued: datetime
-) -> dict[str, Any]:
-    decision = _unverified_statement(decision_envelope)
-    if decision.get("predicateType") != EVALGATE_PREDICATE_TYPE:
-        raise EvalgateSignatureError("the envelope to override is not an evalgate decision")
-    if decision["predicate"].get("verdict") == "pass":
-        raise EvalgateSignatureError("the decision passed; there is nothing to override")
-    return {
-        "decision": {
-            "payload_sha256": evalgate_payload_sha256(decision_envelope),
-            "predicateType": EVALGATE_PREDICATE_TYPE,
-            "verdict": decision["predicate"].get("verdict"),
-        },
-        "subject": decision["subject"],
-        "approver": approver,
-        "reason": reason,
-        "issued_at": evalgate_format_time(issued),
-    }
-
-
-def _required_text(value: str, what: str) -> str:
-    text = value.strip() if isinstance(value, str) else ""
-    if not text:
-        raise EvalgateConfigError("override", what, "must be a non-empty text")
-    return text
-
-
-def evalgate_override(
-    decision_envelope: Mapping[str, Any],
-    approver: str,
-    reason: str,
-    expires_at: str | datetime,
-    key: str,
-    *,
-    now: datetime | None = None,
-    max_days: int = EVALGATE_OVERRIDE_MAX_DAYS,
-) -> dict[str, Any]:
-    """Sign an override ("ship despite the gate") of a non-passing decision envelope.
-
-    The override statement has the decision's subject, predicateType
-    :data:`EVALGATE_OVERRIDE_TYPE`, and a predicate with the decision's payload sha256, its
-    verdict, approver, reason, ``issued_at`` and ``expires_at`` (UTC). The expiry must lie in
-    (now, now + ``max_days``]. The decision's own signature is not checked here (the approver
-    may hold another key); :func:`evalgate_verify_override` checks both."""
-    issued = _utc_now(now)
-    if isinstance(expires_at, str):
-        expires = evalgate_parse_time(expires_at)
-    else:
-        expires = _aware(expires_at, "expires_at")
-    _check_expiry(expires, issued, max_days)
-    predicate = _override_predicate(
-        decision_envelope,
-        _required_text(approver, "approver"),
-        _required_text(reason, "reason"),
-        issued,
-    )
-    predicate["expires_at"] = evalgate_format_time(expires)
-    statement = {
-        "_type": EVALGATE_STATEMENT_TYPE,
-        "subject": predicate["subject"],
-        "predicateType": EVALGATE_OVERRIDE_TYPE,
-        "predicate": predicate,
-    }
-    return evalgate_sign(statement, key)
-
-
-def evalgate_verify_override(
-    override_envelope: Mapping[str, Any],
-    decision_envelope: Mapping[str, Any],
-    public_key_pem_path: str,
-    now: datetime | None = None,
-    *,
-    decision_key_pem_path: str | None = None,
-) -> dict[str, Any]:
-    """Verify an override and return its statement: both signatures (the decision's under
-    ``decision_key_pem_path``, default the same key), the override's predicateType, its link
-    to the decision's payload sha256, and ``issued_at <= now < expires_at``."""
-    verify_key = decision_key_pem_path or public_key_pem_path
-    decision = evalgate_verify(decision_envelope, verify_key)
-    override = evalgate_verify(override_envelope, public_key_pem_path)
-    evalgate_check_override(override, decision, evalgate_payload_sha256(decision_envelope), now)
-    return override
-
-
-def evalgate_check_override(
-    override: Mapping[str, Any],
-    decision: Mapping[str, Any],
-    decision_payload_sha256: str,
-    now: datetime | None = None,
-    *,
-    window: bool = True,
-) -> None:
-    """The checks of :func:`evalgate_verify_override` after both signatures verified: the
-    override's predicateType, its link to the decision (payload sha256 and subject) and, with
-    ``window``, ``issued_at <= now < expires_at``. Raises :class:`EvalgateSignatureError`."""
-    if override.get("predicateType") != EVALGATE_OVERRIDE_TYPE:
-        raise EvalgateSignatureError(
-            f"the override's predicateType is not {EVALGATE_OVERRIDE_TYPE}"
-        )
-    _check_link(override["predicate"], decision, decision_payload_sha256)
-    if window:
-        _check_window(override["predicate"], _utc_now(now))
-
-
-def _check_link(predicate: dict[str, Any], decision: Mapping[str, Any], payload_hex: str) -> None:
-    linked = predicate.get("decision")
-    if not isinstance(linked, dict) or linked.get("payload_sha256") != payload_hex:
-        raise EvalgateSignatureError("the override names another decision (payload sha256)")
-    if predicate.get("subject") != decision["subject"]:
-        raise EvalgateSignatureError("the override's subject is not the decision's subject")
-
-
-def _check_window(predicate: dict[str, Any], now: datetime) -> None:
-    try:
-        issued = evalgate_parse_time(str(predicate.get("issued_at")), "issued_at")
-        expires = evalgate_parse_time(str(predicate.get("expires_at")), "expires_at")
-    except EvalgateConfigError as exc:
-        raise EvalgateSignatureError(f"the override's times are malformed: {exc}") from None
-    if now < issued:
-        raise EvalgateSignatureError(f"the override is issued in the future ({issued})")
-    if now >= expires:
-        raise EvalgateSignatureError(f"the override expired at {evalgate_format_time(expires)}")

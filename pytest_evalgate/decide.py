@@ -41,8 +41,9 @@ from pytest_evalgate.gate import (
 )
 from pytest_evalgate.gate_single import evalgate_single_view
 from pytest_evalgate.judged import evalgate_judge_facts, evalgate_with_facts
-from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
-from pytest_evalgate.perf import EvalgatePerfResult, evalgate_merge_perf
+from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.manifest_dataset import EvalgateCase
+from pytest_evalgate.perf_result import EvalgatePerfResult, evalgate_merge_perf
 from pytest_evalgate.policy import (
     EvalgatePolicy,
     evalgate_check_slices,

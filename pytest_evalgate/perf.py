@@ -1,17 +1,14 @@
 """The open-loop load phase of the performance gate (SPEC section 8, issue 6).
 
 ``evalgate_run_perf`` sends production-shaped prompts to a candidate and its baseline on one
-seeded arrival schedule, measures every streamed response with ``EvalgateClient`` and returns an
-``EvalgatePerfResult``: samples per metric and side, requested vs achieved rate, the load
-generator's own scheduling delay, and whether the run can be judged at all.
-``evalgate_merge_perf`` puts those samples into a gate input for the ``perf_ratio`` rules.
+seeded arrival schedule (``perf_plan``), measures every streamed response with ``EvalgateClient``
+and returns an ``EvalgatePerfResult`` (``perf_result``): samples per metric and side, requested
+vs achieved rate, the load generator's own scheduling delay, and whether the run can be judged
+at all. ``evalgate_perf_phase`` reuses the pair's stored result, or runs the load and commits it.
 
 Contracts (the definitions are written out in ``docs/timings.md``, section "Load phase"):
 
-- **Schedule.** Arrival ``i`` is due at ``t0 + offset[i]``: ``constant`` gives
-  ``offset[i] = i / rate``; ``poisson`` gives cumulative sums of exponential gaps with mean
-  ``1 / rate`` drawn from ``numpy.random.default_rng(seed)``. Arrivals cover
-  ``[0, warmup_s + duration_s)``; those due before ``warmup_s`` are sent but not measured.
+- **Schedule**: ``perf_plan``'s. Arrivals due before ``warmup_s`` are sent but not measured.
 - **Same window, paired arrivals.** Each arrival sends the same prompt to both sides at the
   same scheduled time; the side sent first alternates (even arrivals: candidate first) so
   neither side systematically gets the earlier slot of the event loop. Both sides therefore see
@@ -30,7 +27,7 @@ Contracts (the definitions are written out in ``docs/timings.md``, section "Load
   most ``max_delay_p95_s`` (10 ms), at most ``max_error_fraction`` (1 %) of the measured
   requests errored, and each side has at least one sample. Otherwise ``reason`` says which
   criterion failed with its numbers, and the perf rules are not evaluated (see
-  ``evalgate_merge_perf``).
+  ``perf_result.evalgate_merge_perf``).
 
 Pure: no pytest. The asyncio loop is this module's own (``asyncio.run``), so call it from a
 thread without a running loop.
@@ -40,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import math
 import os
 import time
@@ -52,18 +48,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pytest_evalgate.aggregate import EvalgateGateInput
 from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.jsonlread import evalgate_jsonl_rows
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_render_template
+from pytest_evalgate.manifest import EvalgateManifest
+from pytest_evalgate.manifest_dataset import evalgate_render_template
 from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
+from pytest_evalgate.perf_plan import EvalgatePerfPlan, evalgate_perf_plan
+from pytest_evalgate.perf_result import EvalgatePerfResult, evalgate_load_perf, evalgate_save_perf
 from pytest_evalgate.stats import evalgate_percentile
 from pytest_evalgate.store import EvalgateStoreBackend
 
 FloatArray = npt.NDArray[np.float64]
-EvalgatePerfSamples = Mapping[str, tuple[FloatArray, FloatArray]]
 
 EVALGATE_PERF_MAX_DELAY_P95_S = 0.010
 EVALGATE_PERF_MIN_RATE_FRACTION = 0.95
@@ -71,67 +68,6 @@ EVALGATE_PERF_MAX_ERROR_FRACTION = 0.01
 EVALGATE_PERF_SCHEDULE_METRICS = ("ttft", "e2e")
 _CAP_MIN, _CAP_MAX = 16, 1024
 _START_LEAD_S = 0.05  # t0 lies this far ahead so that setting up the first sends is not late
-
-
-# --------------------------------------------------------------------------- plan
-
-
-@dataclass(frozen=True)
-class EvalgatePerfPlan:
-    """The seeded arrival schedule: ``offsets[i]`` seconds after t0 uses prompt ``prompts[i]``.
-
-    Arrivals with ``offsets[i] < warmup_s`` are warm-up; the rest form the measured window
-    ``[warmup_s, warmup_s + duration_s)``.
-    """
-
-    profile: str
-    rate: float
-    duration_s: float
-    warmup_s: float
-    seed: int
-    offsets: FloatArray
-    prompts: npt.NDArray[np.int64]
-
-    @property
-    def measured(self) -> npt.NDArray[np.bool_]:
-        """Per arrival: True if it lies in the measured window."""
-        return self.offsets >= self.warmup_s
-
-    @property
-    def scheduled_rate(self) -> float:
-        """Arrivals due in the measured window per second (the Poisson draw's realised rate)."""
-        return float(self.measured.sum()) / self.duration_s
-
-
-def evalgate_perf_offsets(profile: str, rate: float, total_s: float, seed: int) -> FloatArray:
-    """Arrival offsets in ``[0, total_s)``: ``i / rate`` (constant) or seeded Poisson."""
-    if profile == "constant":
-        return np.arange(math.ceil(rate * total_s - 1e-9), dtype=np.float64) / rate
-    if profile != "poisson":
-        raise EvalgateConfigError("perf", "profile", f"must be constant or poisson, not {profile}")
-    rng = np.random.default_rng(seed)
-    mean = rate * total_s
-    gaps = rng.exponential(1.0 / rate, size=math.ceil(mean + 10.0 * math.sqrt(mean) + 10.0))
-    offsets = np.cumsum(gaps)
-    for _ in range(100):  # bounded; 10 sigma above the mean already covers total_s in practice
-        if offsets[-1] >= total_s:
-            break
-        offsets = np.concatenate([offsets, offsets[-1] + np.cumsum(rng.exponential(1 / rate, 64))])
-    return offsets[offsets < total_s]
-
-
-def evalgate_perf_plan(perf: Mapping[str, Any], prompt_count: int) -> EvalgatePerfPlan:
-    """The plan for a manifest's ``perf`` block over ``prompt_count`` prompts.
-
-    Prompts are used in a seeded random order, cycling when there are more arrivals than
-    prompts, so the prompt mix of any stretch of the run is the file's mix.
-    """
-    rate, warmup, duration = float(perf["rate"]), float(perf["warmup_s"]), float(perf["duration_s"])
-    seed = int(perf["seed"])
-    offsets = evalgate_perf_offsets(str(perf["profile"]), rate, warmup + duration, seed)
-    order = np.random.default_rng([seed, 1]).permutation(prompt_count)
-    prompts = order[np.arange(offsets.size) % prompt_count].astype(np.int64)
-    return EvalgatePerfPlan(str(perf["profile"]), rate, duration, warmup, seed, offsets, prompts)
 
 
 # --------------------------------------------------------------------------- prompts
@@ -259,96 +195,6 @@ async def _shoot(
     identity = f"perf/{'cb'[side]}/{arrival}"
     result = await client.call(endpoint, body, identity, est, scheduled_at=scheduled_at)
     return _Shot(arrival, side, result)
-
-
-# --------------------------------------------------------------------------- the result
-
-
-@dataclass(frozen=True)
-class EvalgatePerfResult:
-    """What the load phase measured (seconds and tokens; see the module docstring).
-
-    ``samples`` maps each of ``metrics.EVALGATE_PERF_METRICS`` to (candidate, baseline) arrays
-    over the measured window's successful requests; ``from_schedule`` the same for ``ttft`` and
-    ``e2e`` counted from the scheduled time. Per-side mappings are keyed by candidate name.
-    """
-
-    pair: tuple[str, str]
-    profile: str
-    duration_s: float
-    warmup_s: float
-    requested_rate: float
-    scheduled_rate: float
-    achieved_rate: Mapping[str, float]
-    scheduled: int
-    completed: Mapping[str, int]
-    errors: Mapping[str, Mapping[str, int]]
-    delay_p50_s: float
-    delay_p95_s: float
-    delay_max_s: float
-    samples: EvalgatePerfSamples
-    from_schedule: EvalgatePerfSamples
-    judgeable: bool
-    reason: str
-
-    def to_dict(self, *, include_samples: bool = True) -> dict[str, Any]:
-        """Builtins only (JSON-ready): every field, p50/p95 per metric and side under
-        ``percentiles``, and the raw samples as lists unless ``include_samples`` is False."""
-        out: dict[str, Any] = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ("samples", "from_schedule")
-        }
-        for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
-            out[name] = _finite(out[name])  # NaN (nothing measured) is not JSON
-        out["pair"] = list(self.pair)
-        out["achieved_rate"] = dict(self.achieved_rate)
-        out["completed"] = dict(self.completed)
-        out["errors"] = {name: dict(counts) for name, counts in self.errors.items()}
-        out["percentiles"] = _percentiles(self.samples, self.pair)
-        out["percentiles_from_schedule"] = _percentiles(self.from_schedule, self.pair)
-        if include_samples:
-            out["samples"] = _lists(self.samples)
-            out["from_schedule"] = _lists(self.from_schedule)
-        return out
-
-
-def _percentiles(samples: EvalgatePerfSamples, pair: tuple[str, str]) -> dict[str, Any]:
-    return {
-        metric: {
-            name: {f"p{q}": _finite(evalgate_percentile(values, q)) for q in (50, 95)}
-            for name, values in zip(pair, both, strict=True)
-        }
-        for metric, both in samples.items()
-    }
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _lists(samples: EvalgatePerfSamples) -> dict[str, list[list[float]]]:
-    return {metric: [cand.tolist(), base.tolist()] for metric, (cand, base) in samples.items()}
-
-
-def evalgate_perf_from_dict(data: Mapping[str, Any]) -> EvalgatePerfResult:
-    """The inverse of ``to_dict()`` (with samples): for a result stored as JSON and read back,
-    e.g. by the aggregation pod, which sends no requests."""
-    names = [f.name for f in dataclasses.fields(EvalgatePerfResult)]
-    values = {name: data[name] for name in names if name not in ("samples", "from_schedule")}
-    for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
-        values[name] = math.nan if values[name] is None else float(values[name])
-    values["pair"] = tuple(data["pair"])
-    values["samples"] = _arrays(data["samples"])
-    values["from_schedule"] = _arrays(data["from_schedule"])
-    return EvalgatePerfResult(**values)
-
-
-def _arrays(lists: Mapping[str, Sequence[Sequence[float]]]) -> dict[str, tuple[Any, Any]]:
-    return {
-        m: (np.array(c, dtype=np.float64), np.array(b, dtype=np.float64))
-        for m, (c, b) in lists.items()
-    }
 
 
 # --------------------------------------------------------------------------- running it
@@ -518,58 +364,7 @@ def _judgeable_reason(result: EvalgatePerfResult) -> str:
     )
 
 
-# --------------------------------------------------------------------------- gate input
-
-
-def evalgate_merge_perf(
-    gate_input: EvalgateGateInput, perf_result: EvalgatePerfResult
-) -> EvalgateGateInput:
-    """A copy of ``gate_input`` with ``perf`` replaced by the load phase's samples.
-
-    Judgeable: the load phase's samples (the eval phase's perf samples are set aside; their
-    1-3 token answers and closed-loop timing say little about serving performance). Not
-    judgeable: empty arrays for every metric, so every ``perf_ratio`` rule is "not evaluated"
-    and fails; ``perf_result.reason`` says why and belongs in the decision record.
-    """
-    if perf_result.judgeable:
-        perf: dict[str, tuple[FloatArray, FloatArray]] = dict(perf_result.samples)
-    else:
-        perf = {m: (np.zeros(0), np.zeros(0)) for m in EVALGATE_PERF_METRICS}
-    return dataclasses.replace(gate_input, perf=perf)
-
-
-# --------------------------------------------------------------------------- persistence
-
-
-def evalgate_perf_prefix(manifest: EvalgateManifest, pair: tuple[str, str]) -> str:
-    """Store folder of the load-phase results of one (candidate, baseline) pair."""
-    keys = "__".join(manifest.candidates[name].key for name in pair)
-    return f"{manifest.suite}/{manifest.definition_digest[:16]}/perf/{keys}"
-
-
-def evalgate_load_perf(
-    backend: EvalgateStoreBackend, manifest: EvalgateManifest, pair: tuple[str, str]
-) -> EvalgatePerfResult | None:
-    """The newest stored load-phase result for ``pair``, or None."""
-    prefix = evalgate_perf_prefix(manifest, pair)
-    names = [name for name in backend.evalgate_list(prefix) if name.endswith(".jsonl")]
-    if not names:
-        return None
-    text = backend.evalgate_read(max(names)).decode("utf-8")
-    return evalgate_perf_from_dict(json.loads(text))
-
-
-def evalgate_save_perf(
-    backend: EvalgateStoreBackend,
-    manifest: EvalgateManifest,
-    pair: tuple[str, str],
-    result: EvalgatePerfResult,
-) -> str:
-    """Commit ``result`` atomically under a new, time-ordered name; returns its path."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = f"{evalgate_perf_prefix(manifest, pair)}/perf-{stamp}-{os.getpid()}.jsonl"
-    backend.evalgate_write_atomic(path, (json.dumps(result.to_dict()) + "\n").encode("utf-8"))
-    return path
+# --------------------------------------------------------------------------- reused or run
 
 
 def evalgate_perf_phase(

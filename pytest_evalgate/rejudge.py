@@ -24,11 +24,8 @@ from pytest_evalgate.judge.agreement import EvalgateAgreement
 from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
 from pytest_evalgate.judged import evalgate_golden_agreement, evalgate_judgment_view
 from pytest_evalgate.manifest import EvalgateManifest
-from pytest_evalgate.runner.judging import (
-    EvalgateJudgeProgress,
-    EvalgateJudgeStage,
-    EvalgateJudgeSuite,
-)
+from pytest_evalgate.runner.judge_suite import EvalgateJudgeSuite
+from pytest_evalgate.runner.judging import EvalgateJudgeProgress, EvalgateJudgeStage
 from pytest_evalgate.runner.wire import EvalgateLimits
 from pytest_evalgate.store import (
     EvalgateExpectation,

@@ -734,7 +734,7 @@ class EvalgatePlugin:
             return record
         if record.get("error") is not None:
             return record
-        from pytest_evalgate.runner.judging import evalgate_judged_view  # judged suites only
+        from pytest_evalgate.runner.judge_views import evalgate_judged_view  # judged suites only
 
         judgments = judging.evalgate_judgments(item.suite_path, item.evalgate_key)
         return evalgate_judged_view(record, judgments)

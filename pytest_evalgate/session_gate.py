@@ -22,7 +22,8 @@ from pytest_evalgate.items import (
     evalgate_testcase_properties,
 )
 from pytest_evalgate.manifest import EvalgateManifest
-from pytest_evalgate.perf import EvalgatePerfResult, evalgate_perf_phase
+from pytest_evalgate.perf import evalgate_perf_phase
+from pytest_evalgate.perf_result import EvalgatePerfResult
 from pytest_evalgate.policy import evalgate_pair
 from pytest_evalgate.report import evalgate_summary_lines
 from pytest_evalgate.usage import evalgate_usage_errors

@@ -12,7 +12,8 @@ from pytest_evalgate.budget import evalgate_share
 from pytest_evalgate.judge_endpoint import EvalgateJudgeEndpoints
 from pytest_evalgate.manifest import EvalgateManifest
 from pytest_evalgate.policy import evalgate_pair
-from pytest_evalgate.runner.judging import EvalgateJudgeStage, EvalgateJudgeSuite
+from pytest_evalgate.runner.judge_suite import EvalgateJudgeSuite
+from pytest_evalgate.runner.judging import EvalgateJudgeStage
 from pytest_evalgate.runner.parent import EvalgateLimits, EvalgateSuiteRun
 from pytest_evalgate.store import EvalgateSegmentWriter
 

@@ -23,14 +23,16 @@ from cryptography.x509.oid import NameOID
 
 from pytest_evalgate.attest import (
     EVALGATE_PAYLOAD_TYPE,
-    evalgate_generate_key,
-    evalgate_keyid,
-    evalgate_load_private_key,
-    evalgate_override,
     evalgate_pae,
     evalgate_sign,
     evalgate_statement,
 )
+from pytest_evalgate.attest_keys import (
+    evalgate_generate_key,
+    evalgate_keyid,
+    evalgate_load_private_key,
+)
+from pytest_evalgate.attest_override import evalgate_override
 from pytest_evalgate.canonical import evalgate_canonical_json
 
 JSON = dict[str, Any]

@@ -20,25 +20,29 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 
 from pytest_evalgate.attest import (
-    EVALGATE_KEY_PASSWORD_ENV,
-    EVALGATE_OVERRIDE_TYPE,
     EVALGATE_PAYLOAD_TYPE,
     EVALGATE_PREDICATE_TYPE,
     EVALGATE_STATEMENT_TYPE,
-    evalgate_generate_key,
-    evalgate_keyid,
     evalgate_load_envelope,
-    evalgate_load_private_key,
-    evalgate_load_public_key,
-    evalgate_override,
     evalgate_pae,
     evalgate_payload_sha256,
     evalgate_refusal_reason,
     evalgate_sign,
     evalgate_statement,
     evalgate_verify,
-    evalgate_verify_override,
     evalgate_write_envelope,
+)
+from pytest_evalgate.attest_keys import (
+    EVALGATE_KEY_PASSWORD_ENV,
+    evalgate_generate_key,
+    evalgate_keyid,
+    evalgate_load_private_key,
+    evalgate_load_public_key,
+)
+from pytest_evalgate.attest_override import (
+    EVALGATE_OVERRIDE_TYPE,
+    evalgate_override,
+    evalgate_verify_override,
 )
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError

@@ -27,7 +27,7 @@ from pytest_evalgate.judged import EvalgateJudgeFacts, evalgate_judge_overlay
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.manifest_judge import evalgate_definition_evaluator
 from pytest_evalgate.policy import evalgate_load_policy
-from pytest_evalgate.runner.judging import evalgate_judged_view
+from pytest_evalgate.runner.judge_views import evalgate_judged_view
 from pytest_evalgate.simulated.answers import evalgate_load_answer_key
 from pytest_evalgate.simulated.judge_style import (
     evalgate_sim_judge_answerer,

@@ -30,12 +30,11 @@ import yaml
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
-from pytest_evalgate.k8s import (
-    EvalgateRenderOptions,
+from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s_run import (
     evalgate_api,
     evalgate_index_phases,
     evalgate_progress_line,
-    evalgate_render,
     evalgate_run,
 )
 from pytest_evalgate.manifest import evalgate_base_url_env

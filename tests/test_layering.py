@@ -25,6 +25,8 @@ PURE = {
     "aggregate_table", "policy", "early", "preload",
 }  # fmt: skip
 PURE |= {"capacity", "capacity_store", "probe", "probe_load"}  # issue 16 part B
+PURE |= {"attest_keys", "attest_override", "k8s_run", "manifest_dataset", "manifest_schema",
+         "perf_plan", "perf_result"}  # fmt: skip
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
 # sandbox's interpreter (``python3 -I -c SOURCE``) and must name ``SystemExit`` to report it.

@@ -35,15 +35,12 @@ from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.gate import evalgate_evaluate
 from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
-from pytest_evalgate.perf import (
+from pytest_evalgate.perf import evalgate_perf_bodies, evalgate_perf_concurrency, evalgate_run_perf
+from pytest_evalgate.perf_plan import evalgate_perf_offsets, evalgate_perf_plan
+from pytest_evalgate.perf_result import (
     EvalgatePerfResult,
     evalgate_merge_perf,
-    evalgate_perf_bodies,
-    evalgate_perf_concurrency,
     evalgate_perf_from_dict,
-    evalgate_perf_offsets,
-    evalgate_perf_plan,
-    evalgate_run_perf,
 )
 from pytest_evalgate.policy import EvalgatePolicy, EvalgateRule
 from pytest_evalgate.simulated import EvalgateSimServer, evalgate_parse_simulated_url

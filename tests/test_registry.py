@@ -25,14 +25,13 @@ from admissionkit import (
 )
 
 from pytest_evalgate.attest import (
-    EVALGATE_KEY_PASSWORD_ENV,
     evalgate_load_envelope,
-    evalgate_load_public_key,
     evalgate_payload_sha256,
     evalgate_sign,
     evalgate_statement,
     evalgate_write_envelope,
 )
+from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_load_public_key
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateRegistryError
 from pytest_evalgate.registry import (

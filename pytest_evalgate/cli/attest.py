@@ -28,7 +28,7 @@ def _keygen_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _keygen(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.attest import (
+    from pytest_evalgate.attest_keys import (
         evalgate_generate_key,
         evalgate_keyid,
         evalgate_load_public_key,
@@ -69,11 +69,11 @@ def _verify_lines(
     envelope_path: str, key_path: str, override_path: str | None
 ) -> tuple[list[str], str, bool]:
     """(lines saying what was checked, the record's verdict, whether an override verified)."""
-    from pytest_evalgate import attest
+    from pytest_evalgate import attest, attest_keys, attest_override
 
     envelope = attest.evalgate_load_envelope(envelope_path)
     statement = attest.evalgate_verify(envelope, key_path)
-    keyid = attest.evalgate_keyid(attest.evalgate_load_public_key(key_path))
+    keyid = attest_keys.evalgate_keyid(attest_keys.evalgate_load_public_key(key_path))
     lines = [f"envelope: {envelope_path}", *_checked_lines(statement, keyid)]
     beside = attest.evalgate_check_beside(statement, envelope_path)
     if beside is not None:
@@ -82,7 +82,7 @@ def _verify_lines(
     if override_path is None:
         return lines, verdict, False
     override_env = attest.evalgate_load_envelope(override_path)
-    override = attest.evalgate_verify_override(override_env, envelope, key_path)
+    override = attest_override.evalgate_verify_override(override_env, envelope, key_path)
     return lines + _override_lines(override_path, override["predicate"]), verdict, True
 
 
@@ -121,12 +121,12 @@ def _override_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _override(args: argparse.Namespace) -> bool:
-    from pytest_evalgate import attest
+    from pytest_evalgate import attest, attest_override
 
     target = args.output or f"{args.decision.removesuffix('.json')}.override.json"
     decision = attest.evalgate_load_envelope(args.decision)
     override = (args.approver, args.reason, args.expires, args.key)
-    envelope = attest.evalgate_override(decision, *override)
+    envelope = attest_override.evalgate_override(decision, *override)
     attest.evalgate_write_envelope(envelope, target)
     print(f"override written: {target}")
     return True

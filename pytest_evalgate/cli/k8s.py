@@ -62,7 +62,8 @@ def evalgate_s3_arguments(command: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> bool:
     import sys
 
-    from pytest_evalgate.k8s import evalgate_api, evalgate_run, evalgate_to_yaml
+    from pytest_evalgate.k8s import evalgate_to_yaml
+    from pytest_evalgate.k8s_run import evalgate_api, evalgate_run
 
     objects = _render(args)
     if args.k8s_command == "render":

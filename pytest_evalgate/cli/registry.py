@@ -100,7 +100,7 @@ def _revoke(args: argparse.Namespace) -> EvalgateRegistryEntry:
 
 
 def _show(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.attest import evalgate_load_public_key
+    from pytest_evalgate.attest_keys import evalgate_load_public_key
     from pytest_evalgate.errors import EvalgateRegistryError
     from pytest_evalgate.registry import evalgate_registry_describe, evalgate_registry_read
 

@@ -12,14 +12,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pytest_evalgate.attest import (
-    EVALGATE_OVERRIDE_TYPE,
     EVALGATE_PREDICATE_TYPE,
-    evalgate_format_time,
-    evalgate_load_private_key,
     evalgate_payload_sha256,
     evalgate_sign,
     evalgate_verify_with_key,
 )
+from pytest_evalgate.attest_keys import evalgate_load_private_key
+from pytest_evalgate.attest_override import EVALGATE_OVERRIDE_TYPE, evalgate_format_time
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import (
     EvalgateConfigError,

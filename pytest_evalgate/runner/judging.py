@@ -19,27 +19,21 @@ an errored one (``judge_<category>``, ``judge_unparseable``) is requested again.
 answers that are no longer the stored ones (a regenerated identity) is stale and re-judged. A
 changed judge key is a new folder: every stored answer of every candidate is judged again, and
 the candidates' endpoints see no request at all.
+
+Beside the stage: the suite it judges and its golden set's requests (``runner.judge_suite``),
+the judge's child as this process drives it (``runner.judge_child``) and what an item of a
+judged suite sees (``runner.judge_views``, the session's).
 """
 
 from __future__ import annotations
 
-import os
-import select
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
-from pytest_evalgate.judge.agreement import (
-    EvalgateGoldenPairwise,
-    EvalgateGoldenPointwise,
-    evalgate_load_golden,
-)
-from pytest_evalgate.judge.pairwise import evalgate_pair_outcome
 from pytest_evalgate.judge.parse import (
     evalgate_parse_pairwise,
     evalgate_parse_pointwise,
@@ -49,78 +43,36 @@ from pytest_evalgate.judge.prompt import (
     EVALGATE_JUDGE_ORDERS,
     evalgate_judge_body,
     evalgate_judge_input_text,
-    evalgate_pairwise_messages,
     evalgate_pairwise_orders,
     evalgate_pointwise_messages,
 )
-from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
-from pytest_evalgate.manifest_judge import EvalgateJudged
+from pytest_evalgate.manifest_dataset import EvalgateCase
 from pytest_evalgate.runner.committer import EvalgateCommitter
-from pytest_evalgate.runner.spawn import (
-    evalgate_close_quietly,
-    evalgate_spawn_child,
-    evalgate_stderr_tail,
+from pytest_evalgate.runner.judge_child import EvalgateJudgeChild
+from pytest_evalgate.runner.judge_suite import (
+    EvalgateJudgeSuite,
+    evalgate_golden_requests,
+    evalgate_golden_rows,
 )
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
-    EvalgateWireClose,
     EvalgateWireEndpoint,
     EvalgateWireHalted,
     EvalgateWireLog,
     EvalgateWireRequest,
     EvalgateWireResult,
-    EvalgateWireSetup,
     EvalgateWireUrge,
-    evalgate_decode_for_parent,
-    evalgate_encode,
 )
-from pytest_evalgate.store import EvalgateIdentity, EvalgateSegmentWriter, EvalgateStoreBackend
+from pytest_evalgate.store import EvalgateIdentity, EvalgateSegmentWriter
 from pytest_evalgate.store.judgments import (
     EVALGATE_GOLDEN_ORDER,
-    EvalgateJudgmentContext,
     EvalgateJudgmentKey,
-    EvalgateJudgmentView,
-    evalgate_judgment_prefix,
     evalgate_judgment_record,
-    evalgate_read_judgments,
 )
 
 _POLL_S = 0.02
 _Answers = Mapping[str, Any]  # a generation record (or a stand-in with an error)
-
-
-@dataclass
-class EvalgateJudgeSuite:
-    """One judged suite of this process: its judge, endpoint, pair and stored judgments."""
-
-    manifest: EvalgateManifest
-    judged: EvalgateJudged
-    endpoint: EvalgateEndpoint | None
-    pair: tuple[str, str] | None
-    context: EvalgateJudgmentContext
-    prefix: str
-    stored: EvalgateJudgmentView = field(default_factory=EvalgateJudgmentView)
-    cases: dict[str, EvalgateCase] = field(default_factory=dict)
-
-    @classmethod
-    def evalgate_load(
-        cls,
-        backend: EvalgateStoreBackend,
-        manifest: EvalgateManifest,
-        endpoint: EvalgateEndpoint | None,
-        pair: tuple[str, str] | None,
-        writer: str,
-    ) -> EvalgateJudgeSuite:
-        """The suite with its stored judgments read (and verified) from ``backend``."""
-        judged = manifest.judged
-        assert judged is not None
-        context = EvalgateJudgmentContext(judged.key, manifest.definition_digest, writer)
-        prefix = evalgate_judgment_prefix(manifest.suite, manifest.definition_digest, judged.key)
-        stored = evalgate_read_judgments(backend, prefix, context)
-        suite = cls(manifest, judged, endpoint, pair, context, prefix, stored)
-        suite.cases = manifest.evalgate_case_index()
-        return suite
 
 
 @dataclass(frozen=True)
@@ -174,7 +126,7 @@ class EvalgateJudgeStage:
         self._pending: dict[tuple[str, EvalgateJudgmentKey], int] = {}
         self._wire: list[_JudgeWork] = []
         self._endpoints: dict[EvalgateEndpoint, int] = {}
-        self._child: _JudgeChild | None = None
+        self._child: EvalgateJudgeChild | None = None
         self._committer = EvalgateCommitter(writer)
         self._started = False
         self.progress = EvalgateJudgeProgress()
@@ -276,16 +228,16 @@ class EvalgateJudgeStage:
         child.evalgate_send(EvalgateWireRequest(index, halt, halt, body, header, tokens, False))
         self.progress.sent += 1
 
-    def _endpoint_index(self, child: _JudgeChild, endpoint: EvalgateEndpoint) -> int:
+    def _endpoint_index(self, child: EvalgateJudgeChild, endpoint: EvalgateEndpoint) -> int:
         index = self._endpoints.get(endpoint)
         if index is None:
             index = self._endpoints[endpoint] = len(self._endpoints)
             child.evalgate_send(EvalgateWireEndpoint(index, endpoint))
         return index
 
-    def _ensure_child(self) -> _JudgeChild:
+    def _ensure_child(self) -> EvalgateJudgeChild:
         if self._child is None:
-            self._child = _JudgeChild(self._concurrency, self._limits)
+            self._child = EvalgateJudgeChild(self._concurrency, self._limits)
             self._committer.start()
             self._started = True
         return self._child
@@ -424,39 +376,6 @@ class EvalgateJudgeStage:
                 self._committer.evalgate_stop()
 
 
-def evalgate_golden_rows(
-    suite: EvalgateJudgeSuite,
-) -> tuple[EvalgateGoldenPointwise, ...] | tuple[EvalgateGoldenPairwise, ...]:
-    """The suite's golden rows (none without ``judge.golden``)."""
-    path = suite.judged.judge.golden_path
-    if path is None:
-        return ()
-    return evalgate_load_golden(path, suite.judged.evaluator, set(suite.cases))
-
-
-def evalgate_golden_requests(
-    suite: EvalgateJudgeSuite,
-) -> list[tuple[EvalgateJudgmentKey, list[str], list[dict[str, str]]]]:
-    """(key, answers, messages) of each golden row: the key's case id is ``golden:<line>``,
-    its candidate ``golden``, its order ``golden``; ``answers`` is the digest of the row."""
-    revision = suite.manifest.dataset_revision
-    evaluator = suite.judged.evaluator
-    requests = []
-    for row in evalgate_golden_rows(suite):
-        case = suite.cases[row.case_id]
-        text = evalgate_judge_input_text(case.prompt)
-        case_id = f"golden:{row.line}"
-        key = EvalgateJudgmentKey(revision, case_id, "golden", 0, EVALGATE_GOLDEN_ORDER)
-        if isinstance(row, EvalgateGoldenPointwise):
-            messages = evalgate_pointwise_messages(evaluator, text, row.output, case.target or None)
-            body: list[Any] = [row.case_id, row.output, row.label]
-        else:
-            messages = evalgate_pairwise_messages(evaluator, text, row.output_a, row.output_b)
-            body = [row.case_id, row.output_a, row.output_b, row.preferred]
-        requests.append((key, [evalgate_sha256_hex(body)], messages))
-    return requests
-
-
 def _golden_case(work: _JudgeWork) -> EvalgateCase:
     for key, _answers, _messages in evalgate_golden_requests(work.suite):
         if key == work.key:
@@ -484,110 +403,3 @@ def _verdict(work: _JudgeWork, outcome: Mapping[str, Any]) -> dict[str, Any]:
 
 def _stand_in(category: str, message: str) -> dict[str, Any]:
     return {"verdict": None, "error": {"category": category, "status": None, "message": message}}
-
-
-# --------------------------------------------------------------------------- item views
-
-
-def evalgate_judged_view(
-    record: Mapping[str, Any], judgments: list[Mapping[str, Any]] | Mapping[str, Any]
-) -> dict[str, Any]:
-    """What an item of a judged suite sees: its generation record with the judged grade.
-
-    An answer's own error stays; a judgment's error (``judge_<category>``,
-    ``judge_unparseable``) becomes the item's error, never a wrong answer. Pointwise: score is
-    the verdict's 0..1 value, passed at ``scale.pass``. Pairwise (the candidate's items): win 1,
-    tie 0.5, loss 0, passed unless lost. A baseline item of a pairwise suite passes when it
-    answered (its answer is what the candidate is compared with).
-    """
-    view = dict(record)
-    if record.get("error") is not None:
-        return view
-    if isinstance(judgments, Mapping):
-        return _with_error(view, judgments) if judgments else {**view, "passed": True}
-    errors = [j["error"] for j in judgments if j["error"] is not None]
-    if errors:
-        return _with_error(view, {"error": errors[0]})
-    if len(judgments) == 1:
-        verdict = judgments[0]["verdict"]
-        return {**view, "score": verdict["value"], "passed": bool(verdict["passed"])}
-    outcome = evalgate_pair_outcome(*(j["verdict"]["winner"] for j in judgments))
-    view["judge_outcome"] = outcome.result + (" (inconsistent)" if outcome.inconsistent else "")
-    return {**view, "score": outcome.score, "passed": outcome.result != "loss"}
-
-
-def _with_error(view: dict[str, Any], judgment: Mapping[str, Any]) -> dict[str, Any]:
-    error = dict(judgment["error"])
-    error["message"] = f"judge: {error['message']}"
-    return {**view, "error": error, "score": None, "passed": None}
-
-
-# --------------------------------------------------------------------------- the judge's child
-
-
-class _JudgeChild:
-    """The judge's runner child: the generation child's program, with the judge's limits."""
-
-    def __init__(self, concurrency: int, limits: EvalgateLimits) -> None:
-        self._process, self._stderr = evalgate_spawn_child()
-        self._outbox: list[bytes] = [evalgate_encode(EvalgateWireSetup(concurrency, limits))]
-        self._inbox = b""
-        self.eof = False
-
-    def evalgate_send(self, message: Any) -> None:
-        """Queue one message for the child (written at the next flush)."""
-        self._outbox.append(evalgate_encode(message))
-
-    def evalgate_flush(self) -> None:
-        """Write what is queued."""
-        stdin = self._process.stdin
-        if not self._outbox or stdin is None or stdin.closed:
-            return
-        data = b"".join(self._outbox)
-        self._outbox.clear()
-        try:
-            stdin.write(data)
-            stdin.flush()
-        except (BrokenPipeError, ValueError):
-            self.eof = True
-
-    def evalgate_pump(self, timeout: float) -> list[EvalgateToParent]:
-        """What the child reported, waiting up to ``timeout`` for the first byte."""
-        stdout = self._process.stdout
-        assert stdout is not None
-        if self.eof:
-            raise EvalgateError(f"evalgate judge runner stopped: {self._tail()}")
-        if not select.select([stdout.fileno()], [], [], timeout)[0]:
-            return []
-        return [evalgate_decode_for_parent(line) for line in self._read(stdout.fileno())]
-
-    def _read(self, fd: int) -> list[bytes]:
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 18)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.eof = True
-                break
-            chunks.append(chunk)
-        lines = (self._inbox + b"".join(chunks)).split(b"\n")
-        self._inbox = lines.pop()
-        return [line for line in lines if line.strip()]
-
-    def _tail(self) -> str:
-        return evalgate_stderr_tail(self._stderr)
-
-    def evalgate_close(self) -> None:
-        """Ask the child to finish, then wait for it (killed after 30 s)."""
-        self.evalgate_send(EvalgateWireClose())
-        self.evalgate_flush()
-        evalgate_close_quietly(self._process.stdin)
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        evalgate_close_quietly(self._process.stdout)
-        evalgate_close_quietly(self._stderr)

@@ -81,7 +81,8 @@ from pytest_evalgate.store import (
 from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
 if TYPE_CHECKING:  # types only: the suite's manifest is loaded by the session
-    from pytest_evalgate.manifest import EvalgateCase, EvalgateManifest
+    from pytest_evalgate.manifest import EvalgateManifest
+    from pytest_evalgate.manifest_dataset import EvalgateCase
 
 __all__ = [
     "EvalgateLimits",
