@@ -183,6 +183,21 @@ def test_refusals_exit_4_before_any_request(
     assert not store.exists() or not any(store.rglob("*.jsonl"))
 
 
+def test_a_judge_budget_smaller_than_its_processes_is_exit_4_before_any_request(
+    tmp_path: Path,
+) -> None:
+    # judge.budget is run-wide like the candidates' budget: one slot cannot serve two workers
+    path, store, log = _suite(tmp_path, judge={"budget": {"max_concurrency": 1, "timeout_s": 10}})
+    done = run_pytest(path.parent, store, log, "-n", "2")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert (
+        "evalgate.yaml: judge.budget.max_concurrency: 1 is less than the 2 processes sharing it"
+        " (1 shard x 2 xdist workers)" in done.stderr + done.stdout
+    )
+    assert requests(log) == []
+    assert not store.exists() or not any(store.rglob("*.jsonl"))
+
+
 def test_an_uncalibrated_judge_fails_the_gate_naming_the_judge(tmp_path: Path) -> None:
     rules = [
         {"slice": "all", "rule": "non_inferior", "margin": 0.5},
