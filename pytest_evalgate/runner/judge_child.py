@@ -8,7 +8,6 @@ is the parent side of the pipe: the judging stage (``runner/judging.py``) holds 
 
 from __future__ import annotations
 
-import os
 import select
 import subprocess
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.spawn import (
     evalgate_close_quietly,
+    evalgate_read_lines,
     evalgate_spawn_child,
     evalgate_stderr_tail,
 )
@@ -63,22 +63,9 @@ class EvalgateJudgeChild:
             raise EvalgateError(f"evalgate judge runner stopped: {self._tail()}")
         if not select.select([stdout.fileno()], [], [], timeout)[0]:
             return []
-        return [evalgate_decode_for_parent(line) for line in self._read(stdout.fileno())]
-
-    def _read(self, fd: int) -> list[bytes]:
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 18)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.eof = True
-                break
-            chunks.append(chunk)
-        lines = (self._inbox + b"".join(chunks)).split(b"\n")
-        self._inbox = lines.pop()
-        return [line for line in lines if line.strip()]
+        lines, self._inbox, eof = evalgate_read_lines(stdout.fileno(), self._inbox)
+        self.eof = self.eof or eof
+        return [evalgate_decode_for_parent(line) for line in lines if line.strip()]
 
     def _tail(self) -> str:
         return evalgate_stderr_tail(self._stderr)

@@ -34,7 +34,6 @@ the request body and the progress counters beside it are what it sends and repor
 
 from __future__ import annotations
 
-import os
 import select
 import subprocess
 import time
@@ -50,6 +49,7 @@ from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
 from pytest_evalgate.runner.spawn import (
     evalgate_close_quietly,
+    evalgate_read_lines,
     evalgate_spawn_child,
     evalgate_stderr_tail,
 )
@@ -440,21 +440,8 @@ class EvalgateRunner:
         self._commit_due()
 
     def _read(self, fd: int) -> None:
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 18)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self._eof = True
-                break
-            chunks.append(chunk)
-        if not chunks:
-            return
-        data = self._inbox + b"".join(chunks)
-        lines = data.split(b"\n")
-        self._inbox = lines.pop()
+        lines, self._inbox, eof = evalgate_read_lines(fd, self._inbox)
+        self._eof = self._eof or eof
         for line in lines:
             self._receive(evalgate_decode_for_parent(line))
 

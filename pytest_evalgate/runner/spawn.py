@@ -1,4 +1,5 @@
-"""Starting a runner child process, for both parents that run one (generation and judging).
+"""Starting a runner child process, and reading its output, for both parents that run one
+(generation and judging).
 
 The child is ``python -m pytest_evalgate.runner`` with this process's package first on
 ``PYTHONPATH``, stdin and stdout pipes (stdout non-blocking: the parent reads with ``select``),
@@ -92,3 +93,25 @@ def evalgate_close_quietly(handle: IO[bytes] | None) -> None:
         return
     with contextlib.suppress(OSError):
         handle.close()
+
+
+def evalgate_read_lines(fd: int, pending: bytes) -> tuple[list[bytes], bytes, bool]:
+    """Read what the child's non-blocking stdout ``fd`` holds now: its complete lines, the
+    incomplete rest (``pending`` is the previous call's), and whether the pipe reached
+    end-of-file."""
+    chunks = []
+    eof = False
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 18)
+        except BlockingIOError:
+            break
+        if not chunk:
+            eof = True
+            break
+        chunks.append(chunk)
+    if not chunks:
+        return [], pending, eof
+    lines = (pending + b"".join(chunks)).split(b"\n")
+    rest = lines.pop()
+    return lines, rest, eof
