@@ -207,8 +207,8 @@ class EvalgatePlugin:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self.ready_runs and not self.stopped:
-            # started early, and the item loop never came (collection failed or was stopped):
-            # commit what was answered, end the child and the endpoints
+            # prepared (an early start, an xdist worker) and the item loop never came (collection
+            # failed or was stopped): commit what was answered, end the child and the endpoints
             self._stop()
         evalgate_discard_prespawned()
         if self.frozen:
@@ -341,7 +341,7 @@ class EvalgatePlugin:
         finally:
             self._stop()
         if self.worker_stops:  # the xdist controller: what stopped its workers
-            evalgate_stop_for_workers(self.worker_stops)
+            _stop_for_workers(self.worker_stops)
         if self.frozen:
             # What the item loop left (pytest's reports, mostly) joins the frozen generation
             # before the gate: a full collection during the gate traversed it (~90 ms at 10,000
@@ -764,7 +764,7 @@ def _refused(exc: EvalgateStorePathError) -> str:
     return f"evalgate: store refused: {exc}; nothing was requested"
 
 
-def evalgate_stop_for_workers(stops: list[dict[str, Any]]) -> None:
+def _stop_for_workers(stops: list[dict[str, Any]]) -> None:
     """Stop the xdist controller's session for what stopped its workers at collection: their
     usage errors (exit 4, every message), else a refused store (exit 1), as without xdist."""
     usage = [stop["message"] for stop in stops if stop["returncode"] == 4]
