@@ -8,10 +8,11 @@ It imports nothing that needs numpy or scipy before the first request: the gate
 (``session_gate``), the judging stage's start (``session_judging``) and the perf, report and judge
 modules are imported when a suite needs them.
 
-Why one module of ~700 lines: its job is the plugin object, whose hooks and state pytest calls
+Why one module of ~800 lines: its job is the plugin object, whose hooks and state pytest calls
 back into (collection, selection, the runner's start, early or at the item loop, and stop, the
-hand-over of records to items); what is not a callback of that object has moved out (the gate,
-judging, ``early``, ``preload``). Splitting the object itself would spread one state over modules.
+hand-over of records to items, an xdist worker's stop reaching the controller); what is not a
+callback of that object has moved out (the gate, judging, ``early``, ``preload``, the budget's
+share check). Splitting the object itself would spread one state over modules.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -192,15 +193,19 @@ class EvalgatePlugin:
         if not (self.aggregate_only or self.config.option.collectonly or controller):
             evalgate_prespawn_child()
 
-    def _prepare_worker_runs(self, items: list[Any]) -> None:
-        """An xdist worker claims its generations and loads what is stored before it reports
-        its collection, not at its item loop: a store refused there ended the worker with items
-        the controller had scheduled to it (an INTERNALERROR that hid the reason). ``_start``
-        takes these runs from ``ready_runs``."""
+    def _prepare_runs(self, items: Sequence[Any]) -> None:
+        """Prepare the run (generations claimed, stored records loaded) of every suite of
+        ``items`` that is not in ``ready_runs`` yet."""
         paths = {item.suite_path for item in items if isinstance(item, EvalgateItem)}
+        for path in sorted(paths - set(self.ready_runs)):
+            self.ready_runs[path] = self._suite_run(self._loaded(path))
+
+    def _prepare_worker_runs(self, items: list[Any]) -> None:
+        """An xdist worker prepares its runs before it reports its collection, not at its item
+        loop: a store refused there ended the worker with items the controller had scheduled to
+        it (an INTERNALERROR that hid the reason)."""
         try:
-            for path in sorted(paths - set(self.ready_runs)):
-                self.ready_runs[path] = self._suite_run(self._loaded(path))
+            self._prepare_runs(items)
         except EvalgateStorePathError as exc:
             self.worker_stop = {"message": _refused(exc), "returncode": 1}
             raise pytest.UsageError(_refused(exc)) from exc
@@ -248,11 +253,7 @@ class EvalgatePlugin:
         if manifest.sandbox is not None:
             totals["sandbox.max_concurrency"] = int(manifest.sandbox["max_concurrency"])
         topology = self.topology
-        processes = (
-            f"{_count(topology.shard_count, 'shard')} x"
-            f" {_count(topology.worker_count, 'xdist worker')}"
-        )
-        evalgate_check_shares(manifest.path, totals, topology.parts, processes)
+        evalgate_check_shares(manifest.path, totals, topology.parts, topology.processes)
 
     def _check_endpoints(self, manifest: EvalgateManifest) -> None:
         # Keys, URL overrides, simulator knobs and the load phase's prompts are checked at
@@ -428,9 +429,8 @@ class EvalgatePlugin:
             pytest.exit(_refused(exc), returncode=1)
 
     def _start(self, items: list[EvalgateItem]) -> None:
-        runs = dict(self.ready_runs)  # suites prepared while pytest collected
-        for path in sorted({item.suite_path for item in items} - set(runs)):
-            runs[path] = self._suite_run(self._loaded(path))
+        self._prepare_runs(items)  # those not prepared while pytest collected
+        runs = dict(self.ready_runs)
         works = self._prefetch(self._works(items, runs))
         self._start_judging(runs)
         if self.runner is not None:
@@ -589,14 +589,6 @@ class EvalgatePlugin:
         line = self.progress_line.evalgate_maybe_line(self.runner.progress)
         if line:
             self.evalgate_say(line)
-
-    def _suite_runs(self, items: list[EvalgateItem]) -> dict[str, EvalgateSuiteRun]:
-        runs: dict[str, EvalgateSuiteRun] = {}
-        for path in sorted({item.suite_path for item in items}):
-            suite = self.suites[path]
-            assert suite is not None
-            runs[path] = self._suite_run(suite)
-        return runs
 
     def _endpoints(self, manifest: EvalgateManifest) -> dict[str, EvalgateEndpoint]:
         assert self.pool is not None
@@ -771,10 +763,6 @@ def _stop_for_workers(stops: list[dict[str, Any]]) -> None:
     if usage:
         raise pytest.UsageError("\n".join(usage))
     pytest.exit(stops[0]["message"], returncode=int(stops[0]["returncode"]))
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _share_or_none(total: float | None, parts: int, index: int) -> float | None:

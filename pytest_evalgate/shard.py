@@ -82,6 +82,11 @@ class EvalgateTopology:
         return self.shard_count * self.worker_count
 
     @property
+    def processes(self) -> str:
+        """How ``parts`` comes about, for messages: ``2 shards x 1 xdist worker``."""
+        return f"{_count(self.shard_count, 'shard')} x {_count(self.worker_count, 'xdist worker')}"
+
+    @property
     def part_index(self) -> int:
         """This process's index among ``parts`` (also its endpoint replica)."""
         return self.shard_index * self.worker_count + self.worker_index
@@ -90,6 +95,10 @@ class EvalgateTopology:
     def shard_dir(self) -> str:
         """The store folder of this process's shard: ``shard-<i>-of-<N>``."""
         return f"shard-{self.shard_index}-of-{self.shard_count}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def evalgate_worker_position(workerinput: Mapping[str, Any] | None) -> tuple[int, int]:

@@ -36,6 +36,12 @@ def test_part_indexes_of_a_whole_run_are_a_permutation() -> None:
     assert seen == list(range(6))
 
 
+def test_processes_say_how_the_parts_come_about_in_the_singular_and_plural() -> None:
+    assert EvalgateTopology().processes == "1 shard x 1 xdist worker"
+    assert EvalgateTopology(EvalgateShardSpec(1, 4), 0, 2).processes == "4 shards x 2 xdist workers"
+    assert EvalgateTopology(None, 0, 3).processes == "1 shard x 3 xdist workers"
+
+
 def test_a_shard_of_one_is_not_sharded_but_keeps_its_folder_name() -> None:
     topology = EvalgateTopology(EvalgateShardSpec(0, 1))
     assert not topology.sharded and topology.shard is not None
