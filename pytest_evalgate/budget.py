@@ -42,21 +42,23 @@ _RPS_BURST_S = 0.1  # the rps bucket holds this many seconds of requests (at lea
 _TPM_BURST_S = 1.0  # the tpm bucket holds this many seconds of tokens
 
 
-def evalgate_share(total: float, parts: int, index: int, *, integer: bool) -> float | int:
+def evalgate_share(
+    total: float, parts: int, index: int, *, integer: bool, key: str = "budget.max_concurrency"
+) -> float | int:
     """Process ``index``'s share of a run-wide budget ``total`` split over ``parts`` processes.
 
     Integer shares (concurrency): ``total // parts`` each, the remainder going one apiece to the
     lowest indices, so the shares sum to exactly ``total``; ``total < parts`` raises
-    ``EvalgateConfigError`` naming ``budget.max_concurrency`` (a process with no slot could never
-    run). Float shares (rates): ``total / parts``, nudged down if rounding would let the sum of
-    the shares exceed ``total``.
+    ``EvalgateConfigError`` naming ``key`` (the manifest key of ``total``; a process with no slot
+    could never run). Float shares (rates): ``total / parts``, nudged down if rounding would let
+    the sum of the shares exceed ``total``.
     """
     if parts < 1 or not 0 <= index < parts:
         raise EvalgateConfigError(
             "budget", "parts", f"need 0 <= index < parts, got {index}/{parts}"
         )
     if integer:
-        return _integer_share(int(total), parts, index)
+        return _integer_share(int(total), parts, index, key)
     return _float_share(float(total), parts)
 
 
@@ -70,19 +72,20 @@ def evalgate_check_shares(
     for key, total in totals.items():
         if total < parts:
             reason = (
-                f"{total} is less than the {parts} processes sharing it ({processes}); each"
-                f" needs at least 1: raise {key} to {parts} or run fewer processes"
+                f"{_too_few(total, parts)} ({processes}); each needs at least 1: raise {key}"
+                f" to {parts} or run fewer processes"
             )
             raise EvalgateConfigError(source, key, reason)
 
 
-def _integer_share(total: int, parts: int, index: int) -> int:
+def _too_few(total: int, parts: int) -> str:
+    return f"{total} is less than the {parts} processes sharing it"
+
+
+def _integer_share(total: int, parts: int, index: int, key: str) -> int:
     if total < parts:
-        raise EvalgateConfigError(
-            "budget",
-            "budget.max_concurrency",
-            f"{total} is less than the {parts} processes sharing it; each needs at least 1",
-        )
+        reason = f"{_too_few(total, parts)}; each needs at least 1"
+        raise EvalgateConfigError(key.split(".")[0], key, reason)
     base, remainder = divmod(total, parts)
     return base + (1 if index < remainder else 0)
 

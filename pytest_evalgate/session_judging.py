@@ -53,7 +53,10 @@ def _judge_limits(plugin: EvalgatePlugin, manifest: EvalgateManifest) -> tuple[i
     assert manifest.judged is not None
     budget = manifest.judged.judge.budget  # the judge's own run-wide budget
     parts, index = plugin.topology.parts, plugin.topology.part_index
-    share = int(evalgate_share(budget["max_concurrency"], parts, index, integer=True))
+    total = budget["max_concurrency"]
+    share = int(
+        evalgate_share(total, parts, index, integer=True, key="judge.budget.max_concurrency")
+    )
     rps = budget["requests_per_second"]
     tpm = budget["tokens_per_minute"]
     return share, EvalgateLimits(

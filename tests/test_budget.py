@@ -51,6 +51,13 @@ def test_check_shares_names_the_file_the_first_short_key_and_the_processes() -> 
     )
 
 
+def test_a_share_too_small_names_the_key_and_its_block() -> None:
+    with pytest.raises(EvalgateConfigError) as info:
+        evalgate_share(1, 2, 0, integer=True, key="judge.budget.max_concurrency")
+    assert (info.value.source, info.value.key) == ("judge", "judge.budget.max_concurrency")
+    assert "1 is less than the 2 processes sharing it; each needs at least 1" in str(info.value)
+
+
 def test_concurrency_below_process_count_is_a_config_error() -> None:
     with pytest.raises(EvalgateConfigError) as info:
         evalgate_share(3, 4, 0, integer=True)

@@ -70,20 +70,14 @@ def evalgate_execution_settings(
     with ``hide`` added, the extract mode, the stage's name and this process's ``share`` of
     ``sandbox.max_concurrency`` over ``parts`` processes (as the endpoint budget is split)."""
     spec = prepared.replace(hide=tuple(sorted({*prepared.hide, *hide})))
+    total = int(sandbox["max_concurrency"])
+    share = evalgate_share(total, parts, index, integer=True, key="sandbox.max_concurrency")
     return {
         "stage": stage,
         "extract": evaluator.get("extract") or "fenced",
         "spec": dataclasses.asdict(spec),
-        "share": _share(int(sandbox["max_concurrency"]), parts, index),
+        "share": int(share),
     }
-
-
-def _share(total: int, parts: int, index: int) -> int:
-    try:
-        return int(evalgate_share(total, parts, index, integer=True))
-    except EvalgateConfigError:
-        reason = f"{total} is less than the {parts} processes sharing it; each needs at least 1"
-        raise EvalgateConfigError("sandbox", "sandbox.max_concurrency", reason) from None
 
 
 def evalgate_execution_request(
