@@ -23,6 +23,10 @@ the candidates' endpoints see no request at all.
 Beside the stage: the suite it judges and its golden set's requests (``runner.judge_suite``),
 the judge's child as this process drives it (``runner.judge_child``) and what an item of a
 judged suite sees (``runner.judge_views``, the session's).
+
+Why one module of ~400 lines: ``EvalgateJudgeStage`` is one state machine (answers arriving,
+pairs completing, judge works in flight, stored judgments reused, the golden set) over one child
+and one committer; what is not its state has moved to the three modules above.
 """
 
 from __future__ import annotations
