@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
 from pytest_evalgate.manifest_code import EvalgateSandboxBlock
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
 
 
 class _Strict(BaseModel):
@@ -70,14 +70,6 @@ class EvalgateCandidateSchema(_Strict):
         return value
 
 
-class _Budget(_Strict):
-    max_concurrency: int = Field(default=16, ge=1)
-    requests_per_second: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
-    max_attempts: int = Field(default=4, ge=1, le=20)
-    timeout_s: float = Field(default=120.0, gt=0)
-
-
 class _Perf(_Strict):
     prompts: str
     rate: float = Field(gt=0)
@@ -109,7 +101,7 @@ class EvalgateManifestSchema(_Strict):
     stream: bool = True
     generation: _Generation = Field(default_factory=_Generation)
     candidates: dict[str, EvalgateCandidateSchema]
-    budget: _Budget = Field(default_factory=_Budget)
+    budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)
     judge: EvalgateJudgeConfig | None = None
     perf: _Perf | None = None
     canary: str | None = None

@@ -21,10 +21,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 EVALGATE_STRICT_MODEL = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 """The model configuration of every configuration schema (see the module docstring)."""
 
 EvalgateUnit = Annotated[float, Field(ge=0.0, le=1.0)]
 """A schema's number in ``[0, 1]`` (a rate, a margin, a gap): finite by the strict model."""
+
+
+class EvalgateBudgetSchema(BaseModel):
+    """A run-wide load budget block: the manifest's ``budget`` and the judge's own
+    ``judge.budget`` (counted apart from the candidates'), one set of keys, defaults and ranges
+    (SPEC section 5)."""
+
+    model_config = EVALGATE_STRICT_MODEL
+
+    max_concurrency: int = Field(default=16, ge=1)
+    requests_per_second: float | None = Field(default=None, gt=0)
+    tokens_per_minute: float | None = Field(default=None, gt=0)
+    max_attempts: int = Field(default=4, ge=1, le=20)
+    timeout_s: float = Field(default=120.0, gt=0)

@@ -41,7 +41,7 @@ from pydantic import (
 
 from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL
+from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
 
 # The built-in judge prompt's format. Bump it whenever ``prompt.py`` changes a word the judge
 # sees: it is part of the judge key, so stored judgments are re-judged, never silently mixed.
@@ -73,16 +73,6 @@ class EvalgateJudgeScaleConfig(_Strict):
         return self
 
 
-class EvalgateJudgeBudgetConfig(_Strict):
-    """``judge.budget``: the judge's own run-wide budget, counted apart from the candidates'."""
-
-    max_concurrency: int = Field(default=16, ge=1)
-    requests_per_second: float | None = Field(default=None, gt=0)
-    tokens_per_minute: float | None = Field(default=None, gt=0)
-    max_attempts: int = Field(default=4, ge=1, le=20)
-    timeout_s: float = Field(default=120.0, gt=0)
-
-
 class EvalgateJudgeConfig(_Strict):
     """The manifest's ``judge:`` block (SPEC section 10)."""
 
@@ -93,7 +83,8 @@ class EvalgateJudgeConfig(_Strict):
     temperature: float = Field(default=0.0, ge=0)
     seed: int | None = None
     pins: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    budget: EvalgateJudgeBudgetConfig = Field(default_factory=EvalgateJudgeBudgetConfig)
+    # the judge's own run-wide budget, counted apart from the candidates'
+    budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)
     golden: str | None = None
     allow_sampling: bool = False
 
