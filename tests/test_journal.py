@@ -38,6 +38,7 @@ from pytest_evalgate.store import (
 from pytest_evalgate.store.journal import (
     evalgate_journal_folder,
     evalgate_journal_line,
+    evalgate_journal_line_of,
     evalgate_journal_name,
     evalgate_read_journal,
 )
@@ -92,6 +93,17 @@ def test_a_journal_line_is_the_canonical_json_of_its_entry_and_digest() -> None:
         assert line == evalgate_canonical_json(entry) + b"\n"
         digest = entry.pop("sha256")
         assert digest == evalgate_sha256_hex(entry)
+
+
+def test_a_line_of_an_encoded_outcome_is_the_same_line() -> None:
+    # The child encodes an answer's outcome once: its line must be byte for byte the one
+    # evalgate_journal_line builds from the dict, whatever the identity or output hold.
+    for identity in ("rev/c/a/r0", 'rev/"q"/ünï\u2028/r1'):
+        for output in ("42", 'x","sha256":"0', "naïve\u2028"):
+            outcome = dict(OUTCOME, output=output)
+            encoded = evalgate_journal_line_of(identity, evalgate_canonical_json(outcome))
+            assert encoded == evalgate_journal_line(identity, outcome)
+            assert json.loads(encoded)["identity"] == identity
 
 
 def test_a_line_whose_digest_does_not_match_is_skipped(tmp_path: Path) -> None:

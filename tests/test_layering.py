@@ -41,6 +41,8 @@ CHILD_MAY_IMPORT = (
     "pytest_evalgate.runner.journal", "pytest_evalgate.store.journal",
     "pytest_evalgate.store.location", "pytest_evalgate.store.backend",
     "pytest_evalgate.runner.execution", "pytest_evalgate.sandbox",
+    # the journal line's canonical JSON, which the wire result reuses (encoded once)
+    "pytest_evalgate.canonical",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

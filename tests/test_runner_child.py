@@ -23,6 +23,7 @@ import suitekit
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.runner.child import evalgate_loop_factory
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
@@ -131,6 +132,45 @@ def test_records_come_in_item_order_sealed_and_the_window_stays_flat(make_rig: A
     assert rig.requests() == 60
     assert runner.progress.done == 60 and runner.progress.in_flight == 0
     assert rig.server.stats()["peak_in_flight"] <= 4
+
+
+@pytest.mark.parametrize("asyncio_loop", [False, True], ids=["uvloop", "asyncio-loop"])
+def test_the_child_runs_on_uvloop_unless_asked_for_asyncio_loop(
+    make_rig: Any, monkeypatch: pytest.MonkeyPatch, asyncio_loop: bool
+) -> None:
+    if asyncio_loop:
+        monkeypatch.setenv("EVALGATE_ASYNCIO_LOOP", "1")
+    else:
+        monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP", raising=False)
+    rig = make_rig(24, latency_ms=5)
+    runner = rig.runner(concurrency=4, window=8)
+    runner.evalgate_start()
+    try:
+        assert runner._child is not None
+        child = runner._child.pid
+        records = [runner.evalgate_wait(work) for work in rig.works]
+        maps = Path(f"/proc/{child}/maps").read_text(encoding="utf-8")
+    finally:
+        runner.evalgate_close()
+    assert [r["identity"]["case_id"] for r in records] == [w.case.case_id for w in rig.works]
+    assert all(r["passed"] is True and r["error"] is None for r in records)
+    assert ("uvloop" in maps) is not asyncio_loop  # uvloop's extension is mapped, or is not
+
+
+def test_the_loop_factory_falls_back_to_asyncio_without_uvloop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    import uvloop
+
+    monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP", raising=False)
+    assert evalgate_loop_factory() is uvloop.new_event_loop
+    monkeypatch.setenv("EVALGATE_ASYNCIO_LOOP", "1")
+    assert evalgate_loop_factory() is asyncio.new_event_loop
+    monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP")
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as on a platform without uvloop
+    assert evalgate_loop_factory() is asyncio.new_event_loop
 
 
 def test_an_early_runner_sends_a_larger_first_window_then_the_usual_one(make_rig: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.client import EvalgateCallError, EvalgateCallResult, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError, EvalgateWireError
 from pytest_evalgate.runner.child import evalgate_outcome
@@ -30,6 +31,7 @@ from pytest_evalgate.runner.wire import (
     evalgate_decode_for_child,
     evalgate_decode_for_parent,
     evalgate_encode,
+    evalgate_encode_result,
 )
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
 from pytest_evalgate.store import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
@@ -96,6 +98,17 @@ def test_every_message_to_the_parent_round_trips(message: Any) -> None:
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     decoded = evalgate_decode_for_parent(line)
     assert decoded == message and type(decoded) is type(message)
+
+
+@pytest.mark.parametrize("message", TO_PARENT[:2], ids=["answer", "fatal"])
+def test_a_result_with_its_outcome_encoded_once_reads_as_the_same_message(message: Any) -> None:
+    canonical = evalgate_canonical_json(message.outcome)  # what the journal line holds
+    line = evalgate_encode_result(message, canonical)
+    assert line.endswith(b"}\n") and line.count(b"\n") == 1
+    assert canonical in line  # the journal's bytes, not a second encoding
+    decoded = evalgate_decode_for_parent(line)
+    assert decoded == message == evalgate_decode_for_parent(evalgate_encode(message))
+    assert json.loads(line) == json.loads(evalgate_encode(message))
 
 
 def test_messages_carry_their_kind_and_named_fields() -> None:

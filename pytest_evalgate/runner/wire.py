@@ -211,6 +211,19 @@ def evalgate_encode(message: EvalgateToChild | EvalgateToParent) -> bytes:
     return _ENCODER.encode({"kind": message.kind, **fields}).encode() + b"\n"
 
 
+def evalgate_encode_result(message: EvalgateWireResult, outcome_json: bytes) -> bytes:
+    """``evalgate_encode(message)`` with the outcome already encoded as ``outcome_json`` (any
+    JSON of ``message.outcome``: the child passes the canonical JSON its journal line holds, so
+    each answer's outcome is encoded once). The decoder reads both lines as the same message."""
+    fatal = b"true" if message.fatal else b"false"
+    head = b'{"kind":"result","index":%d,"in_flight":%d,"fatal":%s,"outcome":' % (
+        message.index,
+        message.in_flight,
+        fatal,
+    )
+    return head + outcome_json + b"}\n"
+
+
 def evalgate_decode_for_child(line: bytes) -> EvalgateToChild:
     """The parent's message on ``line``; ``EvalgateWireError`` if it is none."""
     return _decode(line, _TO_CHILD)

@@ -55,7 +55,16 @@ def evalgate_journal_line(identity: str, outcome: Mapping[str, object]) -> bytes
     """One journal line: the identity header, the answered outcome and their digest. (The
     digest's key sorts last, so the line is the hashed body with the member appended: one
     canonical encoding, and the canonical JSON of the whole entry.)"""
-    body = evalgate_canonical_json({"identity": identity, "outcome": dict(outcome)})
+    return evalgate_journal_line_of(identity, evalgate_canonical_json(dict(outcome)))
+
+
+def evalgate_journal_line_of(identity: str, outcome_json: bytes) -> bytes:
+    """``evalgate_journal_line`` of an outcome already in canonical JSON (``outcome_json``):
+    the runner's child encodes each answer once, for this line and for its wire message. The
+    keys ``identity`` < ``outcome`` are in canonical order, so the body is byte for byte the
+    canonical JSON of ``{"identity": ..., "outcome": ...}``."""
+    header = json.dumps(identity, ensure_ascii=False).encode("utf-8")
+    body = b'{"identity":' + header + b',"outcome":' + outcome_json + b"}"
     digest = hashlib.sha256(body).hexdigest()
     return body[:-1] + b',"sha256":"' + digest.encode("ascii") + b'"}\n'
 
