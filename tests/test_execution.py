@@ -185,8 +185,10 @@ def test_a_hang_is_cut_by_timeout_and_retried(scenario: Any) -> None:
     first = run.requests()[0]
     again = [r for r in run.requests() if r["identity"] == first["identity"]]
     assert [r["attempt"] for r in again] == ["1", "2"]
-    # Cut at timeout_s = 1, then a full-jitter backoff of at most 0.5 s before attempt 2.
-    assert 1.0 <= again[1]["t"] - again[0]["t"] < 1.5 + 0.5
+    # Cut at timeout_s = 1, then a full-jitter backoff of at most 0.5 s before attempt 2. The
+    # cut is timed on the event loop's clock, which uvloop (libuv) reads once per iteration:
+    # it may come up to one loop iteration early (0.995 s was seen), never half a second.
+    assert 0.95 <= again[1]["t"] - again[0]["t"] < 1.5 + 0.5
     assert server.stats()["client_disconnects"] == 1
     hung = [r for r in run.records() if r["attempts"] == 2]
     assert len(hung) == 1 and hung[0]["error"] is None and hung[0]["timing"]["e2e_s"] < 1.0
