@@ -139,9 +139,9 @@ def test_the_child_runs_on_uvloop_unless_asked_for_asyncio_loop(
     make_rig: Any, monkeypatch: pytest.MonkeyPatch, asyncio_loop: bool
 ) -> None:
     if asyncio_loop:
-        monkeypatch.setenv("EVALGATE_ASYNCIO_LOOP", "1")
+        monkeypatch.setenv("PYTEST_EVALGATE_ASYNCIO_LOOP", "1")
     else:
-        monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP", raising=False)
+        monkeypatch.delenv("PYTEST_EVALGATE_ASYNCIO_LOOP", raising=False)
     rig = make_rig(24, latency_ms=5)
     runner = rig.runner(concurrency=4, window=8)
     runner.evalgate_start()
@@ -164,11 +164,11 @@ def test_the_loop_factory_falls_back_to_asyncio_without_uvloop(
 
     import uvloop
 
-    monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP", raising=False)
+    monkeypatch.delenv("PYTEST_EVALGATE_ASYNCIO_LOOP", raising=False)
     assert evalgate_loop_factory() is uvloop.new_event_loop
-    monkeypatch.setenv("EVALGATE_ASYNCIO_LOOP", "1")
+    monkeypatch.setenv("PYTEST_EVALGATE_ASYNCIO_LOOP", "1")
     assert evalgate_loop_factory() is asyncio.new_event_loop
-    monkeypatch.delenv("EVALGATE_ASYNCIO_LOOP")
+    monkeypatch.delenv("PYTEST_EVALGATE_ASYNCIO_LOOP")
     monkeypatch.setitem(sys.modules, "uvloop", None)  # as on a platform without uvloop
     assert evalgate_loop_factory() is asyncio.new_event_loop
 

@@ -337,14 +337,14 @@ def evalgate_child_main() -> NoReturn:
 
 def evalgate_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     """The child's event loop: uvloop's where it is installed (a dependency on every platform
-    but Windows), asyncio's own otherwise, or when ``EVALGATE_ASYNCIO_LOOP=1`` asks for it.
+    but Windows), asyncio's own otherwise, or when ``PYTEST_EVALGATE_ASYNCIO_LOOP=1`` asks for it.
 
     Why: every answer's callbacks (socket reads, the next request's write, the pipe to the
     pytest process) run on this one loop, and the endpoint's answers arrive in bursts; the
     loop's own cost per callback delays every answer behind it. uvloop cut the child's CPU per
     request by ~12 % on this machine (0.39 -> 0.34 ms) and raised the request phase by about
     one point of the endpoint bound (docs/decisions.md, "The runner child runs on uvloop")."""
-    if os.environ.get("EVALGATE_ASYNCIO_LOOP") != "1":
+    if os.environ.get("PYTEST_EVALGATE_ASYNCIO_LOOP") != "1":
         try:
             import uvloop
         except ImportError:
