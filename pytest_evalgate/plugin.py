@@ -7,6 +7,8 @@ nothing heavy. With ``--evalgate``, ``pytest_configure`` registers the ``Evalgat
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_evalgate import hookspecs
@@ -124,10 +126,16 @@ def evalgate_prespawn_wanted(options: object) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("evalgate"):
         return
+    from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.items import EVALGATE_PLUGIN_KEY
     from pytest_evalgate.protocol import EvalgateLightProtocol
+    from pytest_evalgate.runner.wire import evalgate_asyncio_loop_wanted
     from pytest_evalgate.session import EvalgatePlugin
 
+    try:
+        evalgate_asyncio_loop_wanted(os.environ)  # a bad value stops the run before a request
+    except EvalgateConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
     plugin = EvalgatePlugin(config)
     config.stash[EVALGATE_PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, "evalgate-plugin")

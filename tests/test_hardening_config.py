@@ -101,6 +101,28 @@ def _run_refused(
     return text
 
 
+# --------------------------------------------------------------------------- environment
+
+
+@pytest.mark.parametrize("args", [[], ["-n", "2"]], ids=["plain", "xdist"])
+def test_a_bad_asyncio_loop_switch_is_exit_4_naming_the_variable(
+    pytester: pytest.Pytester,
+    endpoint: _Counting,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+) -> None:
+    # Only 0 and 1 mean something; "yes" must not silently keep uvloop.
+    _suite(pytester, endpoint)
+    monkeypatch.setenv("PYTEST_EVALGATE_ASYNCIO_LOOP", "yes")
+    _run_refused(
+        pytester,
+        endpoint,
+        "environment: PYTEST_EVALGATE_ASYNCIO_LOOP: must be 0 or 1 (1: the runner's child runs"
+        " on asyncio's loop), got 'yes'",
+        args=args,
+    )
+
+
 # --------------------------------------------------------------------------- xdist and shards
 
 

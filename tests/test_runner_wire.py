@@ -15,7 +15,7 @@ import pytest
 
 from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.client import EvalgateCallError, EvalgateCallResult, EvalgateEndpoint
-from pytest_evalgate.errors import EvalgateError, EvalgateWireError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateWireError
 from pytest_evalgate.runner.child import evalgate_outcome
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
@@ -28,6 +28,7 @@ from pytest_evalgate.runner.wire import (
     EvalgateWireResult,
     EvalgateWireSetup,
     EvalgateWireUrge,
+    evalgate_asyncio_loop_wanted,
     evalgate_decode_for_child,
     evalgate_decode_for_parent,
     evalgate_encode,
@@ -109,6 +110,16 @@ def test_a_result_with_its_outcome_encoded_once_reads_as_the_same_message(messag
     decoded = evalgate_decode_for_parent(line)
     assert decoded == message == evalgate_decode_for_parent(evalgate_encode(message))
     assert json.loads(line) == json.loads(evalgate_encode(message))
+
+
+def test_the_asyncio_loop_switch_takes_0_or_1_and_names_itself_otherwise() -> None:
+    assert evalgate_asyncio_loop_wanted({}) is False
+    assert evalgate_asyncio_loop_wanted({"PYTEST_EVALGATE_ASYNCIO_LOOP": ""}) is False
+    assert evalgate_asyncio_loop_wanted({"PYTEST_EVALGATE_ASYNCIO_LOOP": "0"}) is False
+    assert evalgate_asyncio_loop_wanted({"PYTEST_EVALGATE_ASYNCIO_LOOP": "1"}) is True
+    for bad in ("yes", "true", " 1", "2"):
+        with pytest.raises(EvalgateConfigError, match=f"ASYNCIO_LOOP: must be 0 or 1.*{bad!r}"):
+            evalgate_asyncio_loop_wanted({"PYTEST_EVALGATE_ASYNCIO_LOOP": bad})
 
 
 def test_messages_carry_their_kind_and_named_fields() -> None:

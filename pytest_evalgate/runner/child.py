@@ -50,6 +50,7 @@ from pytest_evalgate.runner.wire import (
     EvalgateWireResult,
     EvalgateWireSetup,
     EvalgateWireUrge,
+    evalgate_asyncio_loop_wanted,
     evalgate_decode_for_child,
     evalgate_encode,
     evalgate_encode_result,
@@ -344,7 +345,7 @@ def evalgate_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     loop's own cost per callback delays every answer behind it. uvloop cut the child's CPU per
     request by ~12 % on this machine (0.39 -> 0.34 ms) and raised the request phase by about
     one point of the endpoint bound (docs/decisions.md, "The runner child runs on uvloop")."""
-    if os.environ.get("PYTEST_EVALGATE_ASYNCIO_LOOP") != "1":
+    if not evalgate_asyncio_loop_wanted(os.environ):
         try:
             import uvloop
         except ImportError:

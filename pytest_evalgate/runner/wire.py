@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateWireError
 from pytest_evalgate.store.records import (
     EVALGATE_OUTCOME_FIELDS,
     EvalgateOutcome,
@@ -37,6 +37,19 @@ from pytest_evalgate.store.records import (
 )
 
 _EXCERPT = 200
+EVALGATE_LOOP_ENV = "PYTEST_EVALGATE_ASYNCIO_LOOP"
+
+
+def evalgate_asyncio_loop_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` asks the child for asyncio's own event loop instead of uvloop
+    (``PYTEST_EVALGATE_ASYNCIO_LOOP=1``; unset, empty or ``0``: uvloop where installed). Both
+    sides read it: the pytest process refuses a bad value before any request, the child picks
+    its loop. Any other value raises ``EvalgateConfigError`` naming the variable and value."""
+    value = environ.get(EVALGATE_LOOP_ENV, "")
+    if value not in ("", "0", "1"):
+        reason = f"must be 0 or 1 (1: the runner's child runs on asyncio's loop), got {value!r}"
+        raise EvalgateConfigError("environment", EVALGATE_LOOP_ENV, reason)
+    return value == "1"
 
 
 @dataclass(frozen=True)
