@@ -17,8 +17,11 @@
     ├── EvalgateWireError              a runner pipe carried a line that is no wire message
     ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
     ├── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
-    └── EvalgateAnswerError            a 200 that is no answer (never leaves the client: it
-                                       becomes the call's error category)
+    ├── EvalgateAnswerError            a 200 that is no answer (never leaves the client: it
+    │                                  becomes the call's error category)
+    └── EvalgateHttpError              a connection failed, or its bytes are no HTTP/1.1 response
+        │                              (never leaves the client: category ``connection``)
+        └── EvalgateHttpTruncated      a body ended before its end (category ``truncated``)
 
 A failed gate is a verdict, not an exception. The plugin turns ``EvalgateConfigError`` into
 ``pytest.UsageError`` so that pytest exits with status 4; the ``evalgate`` console script
@@ -124,3 +127,16 @@ class EvalgateAnswerError(EvalgateError):
         self.message = message
         self.retry = retry
         super().__init__(f"{category}: {message}")
+
+
+class EvalgateHttpError(EvalgateError):
+    """An endpoint's connection could not be opened or was lost before the response's head, or
+    the bytes it sent are not an HTTP/1.1 response (``client.http1``).
+
+    Raised while one attempt is sent or read and caught by the client, which turns it into the
+    call's ``connection`` error (retried)."""
+
+
+class EvalgateHttpTruncated(EvalgateHttpError):
+    """A response body ended before its end: the connection closed short of its
+    ``Content-Length`` or before the last chunk of a chunked body (the client's ``truncated``)."""

@@ -5,13 +5,15 @@ process's ``EvalgateLimiter`` and always returns an ``EvalgateCallResult``: eith
 its timings, or an ``EvalgateCallError`` whose ``category`` is one of SPEC section 5's. It never
 raises for endpoint trouble (only for cancellation and programming errors).
 
-Why aiohttp and not httpx: on this 2-core machine, with 64 requests in flight against a 50 ms
-endpoint (bound: 1,280 req/s), httpx 0.28's default transport reached about 125 req/s (8 ms CPU a
-request, its connection pool is the bottleneck), while a bare asyncio + aiohttp loop reaches
-93-95 % of the bound at 0.09-0.14 ms CPU a request. ``bench/client_overhead.py`` measures this
-client against that bare loop side by side; see ``docs/timings.md`` for its last numbers.
-One ``aiohttp.ClientSession`` serves the whole process; its connector allows as many
-connections per host as the limiter's ``max_concurrency`` and keeps them alive.
+Transport: ``client.http1``, a lean HTTP/1.1 client over asyncio protocols with httptools'
+parser. One ``EvalgateHttpPool`` serves the whole process and keeps connections alive (30 s);
+the limiter's ``max_concurrency`` bounds the attempts in flight, hence the busy connections.
+Neither httpx nor aiohttp: on this 2-core machine, with 64 requests in flight against a 50 ms
+endpoint (bound: 1,280 req/s), httpx 0.28's default transport reached about 125 req/s (8 ms CPU
+a request), a bare aiohttp loop 93-95 % of the bound at ~0.2 ms CPU a request, and a loop over
+asyncio protocols ~97 % at ~0.04 ms (``client.http1`` says why that matters in the runner's
+child). ``bench/client_overhead.py`` measures this client against the bare loops side by side;
+see ``docs/timings.md`` for its last numbers.
 
 Retry policy (at most ``endpoint.max_attempts`` attempts):
 
@@ -86,12 +88,17 @@ from pytest_evalgate.client.types import (
     EvalgateCallResult,
     EvalgateEndpoint,
 )
-from pytest_evalgate.errors import EvalgateAnswerError, EvalgateConfigError
+from pytest_evalgate.errors import (
+    EvalgateAnswerError,
+    EvalgateConfigError,
+    EvalgateHttpError,
+    EvalgateHttpTruncated,
+)
 
-if TYPE_CHECKING:  # only the type: the limiter object is the caller's
-    import aiohttp
-
+if TYPE_CHECKING:  # only the types: the limiter is the caller's, the transport loads lazily
     from pytest_evalgate.budget import EvalgateLimiter
+    from pytest_evalgate.client import http1
+    from pytest_evalgate.client.http1 import EvalgateHttpPool, EvalgateHttpResponse
 
 __all__ = [
     "EVALGATE_ERROR_CATEGORIES",
@@ -109,6 +116,9 @@ _BACKOFF_CAP_S = 30.0
 _HINT_LOG_S = 5.0
 _MESSAGE_MAX = 300
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+_KEEPALIVE_S = 30.0
+_ERROR_BODY = 65536  # bytes of an error response's body read for its message
+_USER_AGENT = "pytest-evalgate"
 
 
 @dataclass(frozen=True)
@@ -116,7 +126,7 @@ class _Request:
     """One call's fixed parts, shared by its attempts."""
 
     endpoint: EvalgateEndpoint
-    url: str
+    target: http1.EvalgateHttpTarget
     payload: bytes
     identity: str
     est_tokens: int
@@ -124,16 +134,16 @@ class _Request:
 
 
 def evalgate_load_http() -> None:
-    """Import aiohttp now (the runner's child does at start, before its setup arrives)."""
-    # aiohttp (0.3-0.7 s to import) is bound at module level by the first client: only the
+    """Import the transport now (the runner's child does at start, before its setup arrives)."""
+    # ``client.http1`` (httptools, ssl) is bound at module level by the first client: only the
     # runner's child sends requests, while the pytest process imports this module for
-    # ``EvalgateEndpoint`` and must not pay for it on its start-up path.
-    global aiohttp
-    import aiohttp
+    # ``EvalgateEndpoint`` and need not pay for it on its start-up path.
+    global http1
+    from pytest_evalgate.client import http1
 
 
 class EvalgateClient:
-    """Sends requests for one process through one aiohttp session under ``limiter``.
+    """Sends requests for one process through one connection pool under ``limiter``.
 
     Create and use it inside one running event loop; call ``aclose`` when done.
     ``rng_seed`` seeds the backoff jitter so that a run's retry schedule is reproducible;
@@ -151,24 +161,19 @@ class EvalgateClient:
         self._limiter = limiter
         self._rng = random.Random(rng_seed)
         self._log = log
-        self._session: aiohttp.ClientSession | None = None
-        self._headers: dict[EvalgateEndpoint, dict[str, str]] = {}
+        self._pool: EvalgateHttpPool | None = None
+        self._targets: dict[EvalgateEndpoint, http1.EvalgateHttpTarget] = {}
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            size = self._limiter.max_concurrency
-            connector = aiohttp.TCPConnector(limit=size, limit_per_host=size, keepalive_timeout=30)
-            # Each attempt is bounded by asyncio.timeout(timeout_s); no second timer here.
-            timeout = aiohttp.ClientTimeout(total=None)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, trust_env=False
-            )
-        return self._session
+    def _get_pool(self) -> EvalgateHttpPool:
+        # Each attempt is bounded by asyncio.timeout(timeout_s); the pool has no timer of its own.
+        if self._pool is None:
+            self._pool = http1.EvalgateHttpPool(keepalive_s=_KEEPALIVE_S)
+        return self._pool
 
     async def aclose(self) -> None:
-        """Close the session and its connections; the client can not be used afterwards."""
-        if self._session is not None:
-            await self._session.close()
+        """Close the pool and its connections; the client can not be used afterwards."""
+        if self._pool is not None:
+            await self._pool.evalgate_close()
 
     async def call(
         self,
@@ -187,7 +192,7 @@ class EvalgateClient:
         """
         payload = _payload(endpoint, body)
         caps = evalgate_caps(body, len(payload))
-        request = _Request(endpoint, _url(endpoint), payload, identity, est_tokens, caps)
+        request = _Request(endpoint, self._target(endpoint), payload, identity, est_tokens, caps)
         entered = time.perf_counter()
         queued = 0.0
         malformed = 0
@@ -222,21 +227,18 @@ class EvalgateClient:
             )
         return wait
 
-    def _base_headers(self, endpoint: EvalgateEndpoint) -> dict[str, str]:
-        headers = self._headers.get(endpoint)
-        if headers is None:
-            headers = {"Content-Type": "application/json"}
+    def _target(self, endpoint: EvalgateEndpoint) -> http1.EvalgateHttpTarget:
+        """The endpoint's URL and fixed headers, encoded once."""
+        target = self._targets.get(endpoint)
+        if target is None:
+            headers = {"User-Agent": _USER_AGENT, "Accept": "application/json, text/event-stream"}
+            headers["Content-Type"] = "application/json"
             if endpoint.api_key:
                 headers["Authorization"] = f"Bearer {endpoint.api_key}"
                 evalgate_add_secret(endpoint.api_key)
-            self._headers[endpoint] = headers
-        return headers
-
-    def _headers_for(self, request: _Request, attempt: int) -> dict[str, str]:
-        headers = {**self._base_headers(request.endpoint)}
-        headers["x-evalgate-identity"] = request.identity
-        headers["x-evalgate-attempt"] = str(attempt)
-        return headers
+            target = http1.EvalgateHttpTarget(_url(endpoint), headers)
+            self._targets[endpoint] = target
+        return target
 
     async def _attempt(self, request: _Request, attempt: int) -> EvalgateAttempt:
         """One attempt in the slot ``call`` acquired; frees the slot (with the real usage)
@@ -244,18 +246,15 @@ class EvalgateClient:
 
         Deliberately one coroutine (no nested helpers for the common path): every nesting
         level is resumed again on each network event, which the benchmark showed as CPU.
-        Redirects are never followed (``allow_redirects=False``): a 3xx is an error.
+        Redirects are never followed (``client.http1`` follows none): a 3xx is an error.
         """
         endpoint = request.endpoint
-        headers = self._headers_for(request, attempt)
+        headers = {"x-evalgate-identity": request.identity, "x-evalgate-attempt": str(attempt)}
         done = EvalgateAttempt(sent=time.perf_counter())
+        rsp: EvalgateHttpResponse | None = None
         try:
-            async with (
-                asyncio.timeout(endpoint.timeout_s),
-                self._get_session().post(
-                    request.url, data=request.payload, headers=headers, allow_redirects=False
-                ) as rsp,
-            ):
+            async with asyncio.timeout(endpoint.timeout_s):
+                rsp = await self._get_pool().evalgate_post(request.target, headers, request.payload)
                 if rsp.status != 200:
                     await _read_failure(rsp, done)
                 elif endpoint.stream:
@@ -265,13 +264,15 @@ class EvalgateClient:
                 done.end = time.perf_counter()
         except TimeoutError:
             _fail(done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True)
-        except aiohttp.ClientPayloadError as exc:
+        except EvalgateHttpTruncated as exc:
             _fail(done, "truncated", 200, f"the body was cut off before its end ({exc})", True)
-        except (aiohttp.ClientError, OSError) as exc:
+        except (EvalgateHttpError, OSError) as exc:
             _fail(done, "connection", None, f"{type(exc).__name__}: {exc}", True)
         except EvalgateAnswerError as exc:
             _fail(done, exc.category, 200, exc.message, exc.retry)
         finally:
+            if rsp is not None:
+                rsp.evalgate_release()  # its connection back to the pool, or closed
             _check_usage(done, request.caps)
             self._limiter.release(request.est_tokens, _used(done))
         _settle(done)
@@ -370,10 +371,10 @@ def _result(
 # --- classifying failures --------------------------------------------------------------------
 
 
-async def _read_failure(response: aiohttp.ClientResponse, done: EvalgateAttempt) -> None:
+async def _read_failure(response: EvalgateHttpResponse, done: EvalgateAttempt) -> None:
     """A non-200 response: category, retry decision and wait hint from status, body, headers."""
     status = response.status
-    message, code, kind = evalgate_error_detail(await response.content.read(65536))
+    message, code, kind = evalgate_error_detail(await response.evalgate_read_up_to(_ERROR_BODY))
     if 300 <= status < 400:
         where = response.headers.get("Location", "nowhere")
         message = f"redirect to {where} not followed (an endpoint's redirects never are)"

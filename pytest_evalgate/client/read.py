@@ -13,8 +13,8 @@ Contracts
   - ``oversize`` (not retried): more answer text than ``EvalgateCaps.text_chars`` or more bytes
     than ``EvalgateCaps.body_bytes``; reading stops there and the output kept is cut to the cap.
 
-- A body shorter than its ``Content-Length`` (or a chunked body cut off) is aiohttp's
-  ``ClientPayloadError``, which the client classifies as ``truncated``.
+- A body shorter than its ``Content-Length`` (or a chunked body cut off) is
+  ``EvalgateHttpTruncated`` (``client.http1``), which the client classifies as ``truncated``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pytest_evalgate.client.checks import EvalgateCaps
 from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
 
-if TYPE_CHECKING:  # only the type: responses come from the client's session
-    import aiohttp
+if TYPE_CHECKING:  # only the type: responses come from the client's pool
+    from pytest_evalgate.client.http1 import EvalgateHttpResponse
 
 
 @dataclass
@@ -59,13 +59,15 @@ def _oversize(caps: EvalgateCaps, what: str) -> EvalgateAnswerError:
 
 
 async def evalgate_read_whole(
-    response: aiohttp.ClientResponse, api: str, caps: EvalgateCaps, done: EvalgateAttempt
+    response: EvalgateHttpResponse, api: str, caps: EvalgateCaps, done: EvalgateAttempt
 ) -> None:
     """A non-streaming 200: output, finish reason and usage from one JSON body."""
     length = response.content_length
     if length is not None and length > caps.body_bytes:
         raise _oversize(caps, f"{caps.body_bytes} bytes (Content-Length {length})")
-    raw = await response.read() if length is not None else await _read_capped(response, caps)
+    raw = (
+        await response.evalgate_read() if length is not None else await _read_capped(response, caps)
+    )
     obj = evalgate_loads(raw)
     if "error" in obj:
         raise evalgate_error_in_200(obj)
@@ -83,7 +85,7 @@ async def evalgate_read_whole(
 
 
 async def evalgate_read_stream(
-    response: aiohttp.ClientResponse, api: str, caps: EvalgateCaps, done: EvalgateAttempt
+    response: EvalgateHttpResponse, api: str, caps: EvalgateCaps, done: EvalgateAttempt
 ) -> None:
     """A streaming 200: SSE ``data:`` lines parsed by hand.
 
@@ -93,7 +95,7 @@ async def evalgate_read_stream(
     could first have seen it.
     """
     sse = EvalgateSse(done, "delta" if api == "chat" else None, caps)
-    async for data in response.content.iter_any():
+    async for data in response.evalgate_chunks():
         if sse.feed(data, time.perf_counter()):
             break
     sse.feed(b"\n", time.perf_counter())  # a last line without its newline
@@ -167,11 +169,11 @@ class EvalgateSse:
         self.done.output = "".join(self.parts)[: self.caps.text_chars]
 
 
-async def _read_capped(response: aiohttp.ClientResponse, caps: EvalgateCaps) -> bytes:
+async def _read_capped(response: EvalgateHttpResponse, caps: EvalgateCaps) -> bytes:
     """A body without ``Content-Length`` (chunked), read up to the cap."""
     parts: list[bytes] = []
     size = 0
-    async for data in response.content.iter_any():
+    async for data in response.evalgate_chunks():
         size += len(data)
         if size > caps.body_bytes:
             raise _oversize(caps, f"{caps.body_bytes} bytes")

@@ -1,0 +1,437 @@
+"""A lean HTTP/1.1 client for the endpoint calls: asyncio protocols and httptools' parser.
+
+Why not aiohttp (which this client used until issue 18's sixth pass): in the runner's child,
+every answer's handling runs on one event loop while answers arrive in bursts, so the client's
+CPU per request is paid again as latency by the answers behind it. On this 2-core machine, 64
+requests in flight against a 50 ms endpoint, a bare aiohttp loop costs ~0.20 ms of CPU per
+request and reaches ~94 % of the endpoint bound; the same loop over asyncio protocols with a
+prepared request head costs ~0.04 ms and reaches ~97 % (``bench/client_overhead.py``,
+``bench/README.md``). The parsing is llhttp's (httptools, the parser uvloop's authors keep and
+uvicorn uses): status line, headers, ``Content-Length``, chunked bodies and their errors are
+not hand-written here.
+
+Contracts
+---------
+- ``EvalgateHttpTarget(url, headers)`` is one URL and its fixed headers, encoded once; a URL
+  that is not ``http(s)://host[:port]/path`` and a header with a line break are
+  ``EvalgateConfigError``.
+- ``EvalgateHttpPool.evalgate_post(target, headers, body)`` sends one ``POST`` on an idle
+  kept-alive connection to the target's origin (the most recently used one) or on a new one,
+  and returns an ``EvalgateHttpResponse`` once the status line and headers have arrived
+  (``1xx`` interim responses are skipped).
+- It raises ``EvalgateHttpError`` when no connection can be opened, the connection ends before
+  the response's head, or the bytes are not an HTTP/1.1 response; the body's readers raise
+  ``EvalgateHttpTruncated`` when the connection ends before the body's end (its
+  ``Content-Length``, or the last chunk). A body with neither ends with the connection.
+- The caller calls ``evalgate_release()`` when done with a response (in a ``finally``): a
+  response read to its end gives its connection back to the pool when the server keeps it
+  alive; any other response (cut short, abandoned, cancelled) closes its connection, so no
+  connection is ever reused in the middle of a message.
+- Not here, on purpose: redirects (the caller treats a 3xx as an error), cookies, proxies (the
+  environment's proxy variables are ignored), compression (none is asked for: no
+  ``Accept-Encoding``, so servers send identity), ``Expect: 100-continue``.
+- TLS: ``https`` origins use ``ssl.create_default_context()`` (certificates and host names
+  verified), made once per pool when the first one is dialled.
+- Connections are not counted here: the caller's limiter bounds the attempts in flight and a
+  connection serves one attempt at a time, so at most ``max_concurrency`` are busy. Idle ones
+  older than ``keepalive_s`` are closed when next looked at, all of them by
+  ``evalgate_close``.
+- A body is buffered until read; past ``_PAUSE_BYTES`` unread the socket's reading pauses (a
+  fast or hostile sender cannot fill memory ahead of the reader, whose caps then stop it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateHttpError, EvalgateHttpTruncated
+
+_PAUSE_BYTES = 1 << 20  # unread body bytes at which the socket's reading pauses
+_HEAD_MAX = 1 << 16  # bytes of header names and values one response may send
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class EvalgateHttpTarget:
+    """One URL and its fixed headers (``Host`` is added), encoded once for every request."""
+
+    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if scheme not in _DEFAULT_PORTS or not parts.hostname or port == -1:
+            raise EvalgateConfigError(url, "base_url", "must be http(s)://host[:port]/path")
+        self.url = url
+        self.host = parts.hostname
+        self.port = port or _DEFAULT_PORTS[scheme]
+        self.tls = scheme == "https"
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if port and port != _DEFAULT_PORTS[scheme]:
+            host += f":{port}"
+        lines = [f"POST {path} HTTP/1.1".encode("ascii"), _line("Host", host)]
+        lines += [_line(name, value) for name, value in headers.items()]
+        self._head = b"\r\n".join(lines) + b"\r\n"
+
+    @property
+    def origin(self) -> tuple[bool, str, int]:
+        """What a connection can be shared by: (TLS, host, port)."""
+        return self.tls, self.host, self.port
+
+    def evalgate_request(self, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The whole request: the fixed head, ``headers``, ``Content-Length`` and ``body``."""
+        extra = b"".join(_line(name, value) + b"\r\n" for name, value in headers.items())
+        length = b"Content-Length: %d\r\n\r\n" % len(body)
+        return self._head + extra + length + body
+
+
+def _line(name: str, value: str) -> bytes:
+    if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+        raise EvalgateConfigError(name, "header", "has a character a header may not hold")
+    return f"{name}: {value}".encode()
+
+
+class EvalgateHeaders(Mapping[str, str]):
+    """A response's headers, looked up without regard to case (the first of repeated ones)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._map: dict[str, str] = {}
+        for name, value in pairs:
+            self._map.setdefault(name.lower(), value)
+
+    def __getitem__(self, name: str) -> str:
+        return self._map[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+
+class EvalgateHttpResponse:
+    """One response: status and headers at once, the body as it arrives (see the module)."""
+
+    def __init__(self, connection: _EvalgateConnection, pool: EvalgateHttpPool) -> None:
+        self._connection = connection
+        self._pool = pool
+        self.status = 0
+        self.headers = EvalgateHeaders([])
+        self.content_length: int | None = None
+        self._chunks: deque[bytes] = deque()
+        self._unread = 0
+        self._complete = False
+        self._keep_alive = False
+        self._error: EvalgateHttpError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._released = False
+
+    async def evalgate_read(self) -> bytes:
+        """The whole body."""
+        parts = [part async for part in self.evalgate_chunks()]
+        return b"".join(parts)
+
+    async def evalgate_read_up_to(self, limit: int) -> bytes:
+        """The body's first ``limit`` bytes at most (the rest is left unread)."""
+        parts: list[bytes] = []
+        size = 0
+        async for part in self.evalgate_chunks():
+            parts.append(part)
+            size += len(part)
+            if size >= limit:
+                break
+        return b"".join(parts)[:limit]
+
+    async def evalgate_chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive, one piece per network read at most."""
+        while True:
+            while self._chunks:
+                chunk = self._chunks.popleft()
+                self._unread -= len(chunk)
+                self._connection.evalgate_consumed(self._unread)
+                yield chunk
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def evalgate_release(self) -> None:
+        """Give the connection back when this response was read to its end and may be reused;
+        close it otherwise. Safe to call more than once."""
+        if self._released:
+            return
+        self._released = True
+        reusable = self._complete and self._keep_alive and self._error is None
+        if reusable and not self._chunks:
+            self._pool.evalgate_give_back(self._connection)
+        else:
+            self._connection.evalgate_close()
+
+    # the connection's side --------------------------------------------------------------------
+
+    def evalgate_head(self, status: int, headers: EvalgateHeaders) -> None:
+        self.status = status
+        self.headers = headers
+        length = headers.get("content-length")
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self.content_length = int(length) if length and length.isdigit() and not chunked else None
+
+    def evalgate_feed(self, data: bytes) -> int:
+        """Buffer body bytes; returns how many are unread now."""
+        self._chunks.append(data)
+        self._unread += len(data)
+        self._wake()
+        return self._unread
+
+    def evalgate_complete(self, keep_alive: bool) -> None:
+        self._complete = True
+        self._keep_alive = keep_alive
+        self._wake()
+
+    def evalgate_fail(self, error: EvalgateHttpError) -> None:
+        if not self._complete and self._error is None:
+            self._error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class _EvalgateConnection(asyncio.Protocol):
+    """One HTTP/1.1 connection: one response at a time, parsed by httptools' callbacks."""
+
+    def __init__(self, origin: tuple[bool, str, int]) -> None:
+        self.origin = origin
+        self.idle_since = 0.0
+        self.closed = False
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._response: EvalgateHttpResponse | None = None
+        self._head: asyncio.Future[None] | None = None
+        self._pairs: list[tuple[str, str]] = []
+        self._head_bytes = 0
+        self._interim = False
+        self._paused = False
+        self._close_delimited = False
+
+    def evalgate_send(self, response: EvalgateHttpResponse, request: bytes) -> asyncio.Future[None]:
+        """Write ``request``; the returned future is done when the response's head arrived."""
+        if self.closed or self._transport is None or self._transport.is_closing():
+            raise EvalgateHttpError("the connection closed before the request was sent")
+        self._response = response
+        self._head = asyncio.get_running_loop().create_future()
+        self._pairs = []
+        self._head_bytes = 0
+        self._transport.write(request)
+        return self._head
+
+    def evalgate_consumed(self, unread: int) -> None:
+        if self._paused and unread < _PAUSE_BYTES // 2 and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def evalgate_close(self) -> None:
+        self.closed = True
+        self._response = None
+        if self._transport is not None:
+            self._transport.close()
+
+    # asyncio.Protocol -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transports are not asyncio.Transport subclasses, but have its methods.
+        self._transport = cast("asyncio.Transport", transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._response is None:  # bytes nobody asked for: never reuse this connection
+            self.evalgate_close()
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._broken(EvalgateHttpError(f"not an HTTP/1.1 response ({_reason(exc)})"))
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost says what the end means
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        response = self._response
+        self._response = None
+        if response is None:
+            return
+        if self._head is not None and not self._head.done():
+            why = f" ({type(exc).__name__}: {exc})" if exc else ""
+            self._fail_head(EvalgateHttpError(f"the server closed the connection{why}"))
+        elif self._close_delimited:
+            response.evalgate_complete(keep_alive=False)  # a body that ends with its connection
+        else:
+            got = "" if response.content_length is None else f" of {response.content_length}"
+            response.evalgate_fail(EvalgateHttpTruncated(f"the connection closed mid-body{got}"))
+
+    # httptools' callbacks ---------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._response is None:  # a second message after the one asked for: never reuse
+            self.closed = True
+            if self._transport is not None:
+                self._transport.close()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes <= _HEAD_MAX:
+            self._pairs.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # an interim response: its final one follows
+            self._interim = True
+            self._pairs = []
+            return
+        if self._head_bytes > _HEAD_MAX:
+            raise EvalgateHttpError(f"the response's headers exceed {_HEAD_MAX} bytes")
+        headers = EvalgateHeaders(self._pairs)
+        response = self._response
+        if response is None:
+            return
+        response.evalgate_head(status, headers)
+        self._close_delimited = response.content_length is None and "chunked" not in (
+            headers.get("transfer-encoding", "").lower()
+        )
+        if self._head is not None and not self._head.done():
+            self._head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        response = self._response
+        if response is None or response.evalgate_feed(body) <= _PAUSE_BYTES:
+            return
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
+        response = self._response
+        self._response = None
+        self._close_delimited = False
+        if response is not None:
+            response.evalgate_complete(keep_alive=self._parser.should_keep_alive())
+
+    # failures ---------------------------------------------------------------------------------
+
+    def _broken(self, error: EvalgateHttpError) -> None:
+        response = self._response
+        self.evalgate_close()
+        if self._head is not None and not self._head.done():
+            self._fail_head(error)
+        elif response is not None:
+            response.evalgate_fail(error)
+
+    def _fail_head(self, error: EvalgateHttpError) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+
+
+def _reason(exc: httptools.HttpParserError) -> str:
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, EvalgateHttpError):
+        return str(cause)
+    return str(exc) or type(exc).__name__
+
+
+class EvalgateHttpPool:
+    """Kept-alive connections per origin for one process's event loop (see the module)."""
+
+    def __init__(self, keepalive_s: float = 30.0) -> None:
+        self._keepalive_s = keepalive_s
+        self._idle: dict[tuple[bool, str, int], list[_EvalgateConnection]] = {}
+        self._open: set[_EvalgateConnection] = set()
+        self._tls: ssl.SSLContext | None = None
+
+    async def evalgate_post(
+        self, target: EvalgateHttpTarget, headers: Mapping[str, str], body: bytes
+    ) -> EvalgateHttpResponse:
+        """Send one request; returns once its response's head arrived (see the module)."""
+        request = target.evalgate_request(headers, body)
+        connection = self._take(target.origin) or await self._dial(target)
+        response = EvalgateHttpResponse(connection, self)
+        try:
+            await connection.evalgate_send(response, request)
+        except BaseException:
+            response.evalgate_release()
+            raise
+        return response
+
+    def evalgate_give_back(self, connection: _EvalgateConnection) -> None:
+        if connection.closed:
+            return
+        connection.idle_since = asyncio.get_running_loop().time()
+        self._idle.setdefault(connection.origin, []).append(connection)
+
+    async def evalgate_close(self) -> None:
+        """Close every connection this pool opened."""
+        for connection in list(self._open):
+            connection.evalgate_close()
+        self._open.clear()
+        self._idle.clear()
+        await asyncio.sleep(0)  # let the transports' connection_lost run
+
+    def _take(self, origin: tuple[bool, str, int]) -> _EvalgateConnection | None:
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        oldest = asyncio.get_running_loop().time() - self._keepalive_s
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.idle_since >= oldest:
+                return connection
+            self._forget(connection)
+        return None
+
+    def _forget(self, connection: _EvalgateConnection) -> None:
+        connection.evalgate_close()
+        self._open.discard(connection)
+
+    async def _dial(self, target: EvalgateHttpTarget) -> _EvalgateConnection:
+        loop = asyncio.get_running_loop()
+        tls = self._context() if target.tls else None
+        origin = target.origin
+        try:
+            _transport, connection = await loop.create_connection(
+                lambda: _EvalgateConnection(origin),
+                target.host,
+                target.port,
+                ssl=tls,
+                server_hostname=target.host if tls else None,
+            )
+        except (OSError, ssl.SSLError) as exc:
+            where = f"{target.host}:{target.port}"
+            reason = f"cannot connect to {where} ({type(exc).__name__}: {exc})"
+            raise EvalgateHttpError(reason) from None
+        self._open = {c for c in self._open if not c.closed}
+        self._open.add(connection)
+        return connection
+
+    def _context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
