@@ -1,4 +1,5 @@
-"""EvalgateClient vs a bare asyncio + aiohttp loop against a 50 ms loopback endpoint.
+"""EvalgateClient (its own transport, ``client.http1``) vs a bare asyncio + aiohttp loop against
+a 50 ms loopback endpoint.
 
 Usage: python bench/client_overhead.py [--requests 5000] [--concurrency 64] [--rounds 2]
 
@@ -7,8 +8,8 @@ as an OpenAI chat completion (or, for ``"stream": true``, as an SSE stream of th
 usage chunk). In one run, round after round, this script sends N requests at C in flight through
 
 - ``bare``: an ``asyncio.Semaphore`` + ``aiohttp.ClientSession.post`` + ``json.loads``;
-- ``evalgate``: ``EvalgateClient.call`` with ``stream=False`` (same work, plus the limiter,
-  retry bookkeeping and result values);
+- ``evalgate``: ``EvalgateClient.call`` with ``stream=False`` (same work over ``client.http1``,
+  plus the limiter, retry bookkeeping and result values);
 - ``evalgate-stream``: ``EvalgateClient.call`` with ``stream=True`` (SSE parsed, timings taken);
 
 and prints requests per second, the fraction of the bound ``C / 0.05 s``, the ratio to the bare

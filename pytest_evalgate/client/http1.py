@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
-from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import cast
 from urllib.parse import urlsplit
@@ -129,7 +128,7 @@ class EvalgateHttpResponse:
         self.status = 0
         self.headers = EvalgateHeaders([])
         self.content_length: int | None = None
-        self._chunks: deque[bytes] = deque()
+        self._chunks: list[bytes] = []
         self._unread = 0
         self._complete = False
         self._keep_alive = False
@@ -154,13 +153,17 @@ class EvalgateHttpResponse:
         return b"".join(parts)[:limit]
 
     async def evalgate_chunks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they arrive, one piece per network read at most."""
+        """The body's bytes as they arrive: each piece is everything that arrived since the
+        previous one (so the pieces of one network read come together, at one time)."""
         while True:
-            while self._chunks:
-                chunk = self._chunks.popleft()
-                self._unread -= len(chunk)
-                self._connection.evalgate_consumed(self._unread)
-                yield chunk
+            if self._chunks:
+                chunks = self._chunks
+                data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                self._unread = 0
+                self._connection.evalgate_consumed(0)
+                yield data
+                continue
             if self._error is not None:
                 raise self._error
             if self._complete:
