@@ -422,3 +422,24 @@ def test_bytes_arriving_on_an_idle_connection_retire_it(
         await pool.evalgate_close()
 
     run(main())
+
+
+def test_warming_opens_idle_connections_that_the_next_requests_use(
+    run: Callable[[Awaitable[None]], None],
+) -> None:
+    async def main() -> None:
+        pool = EvalgateHttpPool()
+        async with Scripted(OK) as server:
+            assert await pool.evalgate_warm(target(server), 5) == 5
+            await asyncio.sleep(0.05)
+            assert (server.connections, server.requests) == (5, [])  # no request on them
+            assert await pool.evalgate_warm(target(server), 5) == 0  # already there
+            answers = await asyncio.gather(*(post(pool, server) for _ in range(5)))
+            assert answers == [(200, b"{}")] * 5
+            assert server.connections == 5  # every request found a warm connection
+            port = server.port
+        gone = EvalgateHttpTarget(f"http://127.0.0.1:{port}/v1", {})
+        assert await pool.evalgate_warm(gone, 3) == 0  # refused: nothing opened, no error
+        await pool.evalgate_close()
+
+    run(main())

@@ -228,6 +228,24 @@ def test_a_fatal_auth_error_stops_the_candidate_after_one_request(make_rig: Any)
     assert [r["identity"]["case_id"] for r in rig.stored()] == ["c000"]  # only the probe
 
 
+def test_while_the_probe_is_out_the_child_opens_the_connections_of_the_works_behind_it(
+    make_rig: Any,
+) -> None:
+    rig = make_rig(20, latency_ms=600)
+    runner = rig.runner(concurrency=8, window=16)
+    runner.evalgate_start()
+    try:
+        _wait_for(lambda: rig.server.stats()["connections_open"] >= 8, timeout=5.0)
+        stats = rig.server.stats()
+        assert stats["requests_total"] == 1  # the probe alone: warming sends no request
+        assert stats["connections_open"] == 8  # the probe's and 7 for the works behind it
+        records = [runner.evalgate_wait(work) for work in rig.works]
+    finally:
+        runner.evalgate_close()
+    assert all(record["error"] is None for record in records)
+    assert rig.requests() == 20
+
+
 def test_every_record_is_committed_once_by_close(make_rig: Any) -> None:
     rig = make_rig(30, latency_ms=5)
     runner = rig.runner(concurrency=8, window=12)

@@ -209,6 +209,14 @@ class EvalgateClient:
                 return _result(done, queued, attempt, sent_at)
             await asyncio.sleep(self._backoff(request, attempt, done.hint_s))
 
+    async def evalgate_warm(self, endpoint: EvalgateEndpoint, count: int) -> int:
+        """Open up to ``count`` idle connections to ``endpoint`` ahead of its requests (no
+        request is sent); returns how many opened. Never raises for endpoint trouble."""
+        try:
+            return await self._get_pool().evalgate_warm(self._target(endpoint), count)
+        except (EvalgateHttpError, OSError):
+            return 0
+
     def _feedback(self, done: EvalgateAttempt) -> None:
         if done.error is None or done.error.category == "content_filter":
             self._limiter.on_success()

@@ -35,7 +35,9 @@ Contracts
 - Connections are not counted here: the caller's limiter bounds the attempts in flight and a
   connection serves one attempt at a time, so at most ``max_concurrency`` are busy. Idle ones
   older than ``keepalive_s`` are closed when next looked at, all of them by
-  ``evalgate_close``.
+  ``evalgate_close``. ``evalgate_warm(target, count)`` opens connections ahead of their
+  requests (the runner's child does while a candidate's first request is out alone), so the
+  requests that follow do not each pay a connect (and a TLS handshake) on the way.
 - A body is buffered until read; past ``_PAUSE_BYTES`` unread the socket's reading pauses (a
   fast or hostile sender cannot fill memory ahead of the reader, whose caps then stop it).
 """
@@ -383,6 +385,25 @@ class EvalgateHttpPool:
             response.evalgate_release()
             raise
         return response
+
+    async def evalgate_warm(self, target: EvalgateHttpTarget, count: int) -> int:
+        """Open connections to the target's origin until ``count`` are idle there (at once, no
+        request on them); returns how many opened. Connections that fail are left out: a real
+        request reports its own connection error."""
+        idle = self._idle.get(target.origin, [])
+        need = count - sum(not connection.closed for connection in idle)
+        if need <= 0:
+            return 0
+        dials = (self._dial(target) for _ in range(need))
+        dialled = await asyncio.gather(*dials, return_exceptions=True)
+        opened = 0
+        for connection in dialled:
+            if isinstance(connection, _EvalgateConnection):
+                self.evalgate_give_back(connection)
+                opened += 1
+            elif not isinstance(connection, EvalgateHttpError):
+                raise connection  # cancellation or a bug, never a connection problem
+        return opened
 
     def evalgate_give_back(self, connection: _EvalgateConnection) -> None:
         if connection.closed:

@@ -8,7 +8,9 @@ the parent side (no manifest, scoring or pytest; tests/test_layering.py).
 
 The first request on each stop channel (one per suite and candidate) goes alone: if it ends in
 a fatal error (401, 403, 400, ...) the channel is closed, and every later work on it is answered
-``halted`` without a request.
+``halted`` without a request. While it is out, the child opens the connections the works queued
+behind it will need (``EvalgateClient.evalgate_warm``; no request on them), so the first wave
+does not pay its connects after the probe.
 
 The child never outlives the pytest process: when its stdin reaches end-of-file without a
 ``close`` message (the parent died, even by SIGKILL), it exits at once (status 3) without
@@ -79,6 +81,8 @@ class EvalgateChild:
         self._probes: dict[int, asyncio.Future[None]] = {}
         self._usage_flagged: set[int] = set()  # stop channels whose implausible usage was logged
         self._in_flight = 0
+        self._concurrency = 1
+        self._warming: set[asyncio.Task[int]] = set()
         self._journal: EvalgateJournalWriter | None = None
         self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
 
@@ -95,6 +99,7 @@ class EvalgateChild:
             log=self._log,
         )
         client = EvalgateClient(limiter, log=self._log)
+        self._concurrency = setup.concurrency
         self._journal = _journal(setup, self._log)
         workers = [asyncio.create_task(self._worker(client)) for _ in range(setup.concurrency)]
         while line := await reader.readline():
@@ -103,6 +108,8 @@ class EvalgateChild:
             os._exit(_ORPHANED_EXIT)  # the pytest process is gone: not one more request
         self._wake(len(self._idle))
         await asyncio.gather(*workers)
+        for task in self._warming:
+            task.cancel()
         await self._stage.evalgate_drain()
         if self._journal is not None:
             self._journal.evalgate_close()
@@ -198,6 +205,8 @@ class EvalgateChild:
             if reason is not None:
                 self._emit(EvalgateWireHalted(work.index, self._in_flight, reason))
                 return
+            if probe is not None:
+                self._warm(client, work)
             result = await self._call(client, work)
             encoded = await self._journal_answer(work, result)
             if encoded is not None and work.execution is None:
@@ -241,6 +250,15 @@ class EvalgateChild:
             work.journal, evalgate_journal_line_of(work.identity, encoded)
         )
         return encoded
+
+    def _warm(self, client: EvalgateClient, probe: EvalgateWireRequest) -> None:
+        """While a stop channel's probe is out alone, open the connections the works queued
+        behind it will use (no request on them: a fatal probe still means one request)."""
+        count = min(self._concurrency, len(self._works) + 1) - 1
+        if count > 0:
+            task = asyncio.create_task(client.evalgate_warm(self._endpoints[probe.endpoint], count))
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
 
     async def _enter_probe(self, halt: int) -> asyncio.Future[None] | None:
         # The first work of a stop channel is its probe: the others wait until it is done.

@@ -103,7 +103,7 @@ class EvalgateSimApp:
             "simulator": True, "requests_total": self.total, "by_status": dict(self.by_status),
             "in_flight": self.in_flight, "peak_in_flight": self.peak,
             "client_disconnects": self.disconnects, "hangs_dropped": self.hangs_dropped,
-            "completion_arrivals": self.arrivals,
+            "completion_arrivals": self.arrivals, "connections_open": len(self.connections),
         }  # fmt: skip
 
     def begin(self, proto: EvalgateSimProtocol) -> None:
