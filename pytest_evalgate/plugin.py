@@ -107,9 +107,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # A run that needs no request stops it again (session._stop); a process that ends before
     # (a usage error) closes its stdin, and the child then exits without a request.
     if evalgate_prespawn_wanted(early_config.known_args_namespace):
+        from pytest_evalgate.gcpause import evalgate_pause_gc
         from pytest_evalgate.runner.spawn import evalgate_prespawn_child
 
         evalgate_prespawn_child()
+        evalgate_pause_gc()  # until the runner started (session resumes it): gcpause.py
 
 
 def evalgate_prespawn_wanted(options: object) -> bool:

@@ -32,6 +32,7 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.early import evalgate_may_start_early
 from pytest_evalgate.endpoints import EvalgateEndpointPool, evalgate_check_endpoints
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
+from pytest_evalgate.gcpause import evalgate_resume_gc
 from pytest_evalgate.items import (
     EvalgateFile,
     EvalgateItem,
@@ -216,6 +217,7 @@ class EvalgatePlugin:
             # failed or was stopped): commit what was answered, end the child and the endpoints
             self._stop()
         evalgate_discard_prespawned()
+        evalgate_resume_gc()  # a session that never started its runner (usage error, no work)
         if self.frozen:
             # What the gate and the summary made joins the frozen generation too: pytest's
             # clean-up then collects garbage five times over (unraisableexception), and the
@@ -338,6 +340,7 @@ class EvalgatePlugin:
                 self._start_or_exit(items)
             elif items:
                 self._load_outcomes(items)  # aggregate mode: each item shows its stored record
+            evalgate_resume_gc()  # at the latest here (gcpause.py): the item loop collects as usual
             result = yield
         finally:
             self._stop()
@@ -448,6 +451,7 @@ class EvalgatePlugin:
         # price: an in-process nested session (pytester) keeps its cyclic garbage.
         gc.freeze()
         self.frozen = True
+        evalgate_resume_gc()
 
     def evalgate_start_early(self, path: str) -> None:
         """Start the runner on the suite at ``path`` while pytest still collects its items, when
@@ -472,6 +476,7 @@ class EvalgatePlugin:
                 # traverse them (two such passes, ~0.1 s, at 10,000 items).
                 gc.freeze()
                 self.frozen = True
+                evalgate_resume_gc()
         except EvalgateStorePathError:
             # Not from inside collection (pytest would call it a collection error): the item
             # loop's start meets the same refusal and stops the run as before, nothing requested.
