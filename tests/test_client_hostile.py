@@ -307,3 +307,20 @@ def test_registered_values_are_redacted_longest_first_and_short_ones_never() -> 
     evalgate_add_secret(None)
     text = "k1=unit-secret-aaaa-bbbb k2=unit-secret-aaaa xyz"
     assert evalgate_redact(text) == f"k1={EVALGATE_REDACTED} k2={EVALGATE_REDACTED} xyz"
+
+
+def test_an_identity_with_line_breaks_cannot_forge_a_header() -> None:
+    async def main() -> tuple[EvalgateCallResult, list[Any]]:
+        async with FaultServer() as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, False)
+                result = await client.call(ep, CHAT, "v1/c/case\r\nX-Injected: 1/r0", 40)
+            finally:
+                await client.aclose()
+            return result, list(server.arrivals)
+
+    result, arrivals = asyncio.run(main())
+    assert result.error is None and result.output == "Hello, world"
+    assert [a.identity for a in arrivals] == ["v1/c/case\\r\\nX-Injected: 1/r0"]
+    assert not any(name.lower() == "x-injected" for name in arrivals[0].headers)

@@ -257,7 +257,8 @@ class EvalgateClient:
         Redirects are never followed (``client.http1`` follows none): a 3xx is an error.
         """
         endpoint = request.endpoint
-        headers = {"x-evalgate-identity": request.identity, "x-evalgate-attempt": str(attempt)}
+        headers = {"x-evalgate-identity": _header_safe(request.identity)}
+        headers["x-evalgate-attempt"] = str(attempt)
         done = EvalgateAttempt(sent=time.perf_counter())
         rsp: EvalgateHttpResponse | None = None
         try:
@@ -304,6 +305,12 @@ def _check_usage(done: EvalgateAttempt, caps: EvalgateCaps) -> None:
     if flag is not None:
         done.usage_flag = flag
         done.prompt_tokens = done.completion_tokens = None
+
+
+def _header_safe(value: str) -> str:
+    """``value`` for an informational header: control characters (a line break in a case id)
+    escaped as Python does (``\\n``), so no identity can break or forge a header line."""
+    return value if value.isprintable() else value.encode("unicode_escape").decode("ascii")
 
 
 def _url(endpoint: EvalgateEndpoint) -> str:
