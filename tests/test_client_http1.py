@@ -285,7 +285,7 @@ def test_a_large_body_pauses_reading_and_arrives_whole(
         async with Scripted(large) as server:
             response = await pool.evalgate_post(target(server), {}, b"{}")
             await asyncio.sleep(0.2)  # let the sender run ahead of the reader
-            got = await response.evalgate_read()
+            got = await asyncio.wait_for(response.evalgate_read(), 30)  # a lost resume fails
             response.evalgate_release()
             assert response.content_length == len(body) and got == body
         await pool.evalgate_close()
