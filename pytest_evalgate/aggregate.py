@@ -411,16 +411,16 @@ def _error_rates(
 
 
 def _flipped(data: EvalgateGateInput) -> list[dict[str, Any]]:
-    flips = []
-    for i, case_id in enumerate(data.case_ids):
-        before, after = data.baseline_scores[i], data.candidate_scores[i]
-        if (before >= 0.5) != (after >= 0.5):
-            flips.append(
-                {
-                    "case_id": case_id,
-                    "category": str(data.categories[i]),
-                    "baseline": float(before),
-                    "candidate": float(after),
-                }
-            )
-    return flips
+    # One comparison over the arrays (a per-case loop of numpy scalars took ~10 ms at 10,000
+    # cases, on the tail after the last answer); a NaN counts as below 0.5 either way.
+    before = np.asarray(data.baseline_scores, dtype=np.float64)
+    after = np.asarray(data.candidate_scores, dtype=np.float64)
+    return [
+        {
+            "case_id": data.case_ids[i],
+            "category": str(data.categories[i]),
+            "baseline": float(before[i]),
+            "candidate": float(after[i]),
+        }
+        for i in np.flatnonzero((before >= 0.5) != (after >= 0.5)).tolist()
+    ]

@@ -353,3 +353,22 @@ def test_error_rates_are_keyed_by_role_whatever_the_candidates_are_called(tmp_pa
     backward = evalgate_aggregate(store, named, EvalgateSelection(names, ids), names[::-1])
     assert backward.gate_input is not None
     assert dict(backward.gate_input.error_rates) == {"candidate": (1, 4), "baseline": (2, 4)}
+
+
+def test_flips_cross_one_half_either_way_and_a_nan_counts_as_below() -> None:
+    from types import SimpleNamespace
+
+    from pytest_evalgate.aggregate import _flipped
+
+    data = SimpleNamespace(
+        case_ids=("a", "b", "c", "d", "e", "f"),
+        categories=np.array(["k", "k", "j", "j", "k", "j"]),
+        baseline_scores=np.array([0.0, 1.0, np.nan, 0.5, 0.49, np.nan]),
+        candidate_scores=np.array([1.0, 1.0, 1.0, 0.4, 0.5, 0.0]),
+    )
+    flips = _flipped(data)  # type: ignore[arg-type]
+    assert [(f["case_id"], f["category"], f["candidate"]) for f in flips] == [
+        ("a", "k", 1.0), ("c", "j", 1.0), ("d", "j", 0.4), ("e", "k", 0.5),
+    ]  # fmt: skip
+    assert all(type(f["baseline"]) is float and type(f["candidate"]) is float for f in flips)
+    assert flips[1]["baseline"] != flips[1]["baseline"]  # the NaN is kept as it was
