@@ -107,11 +107,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # A run that needs no request stops it again (session._stop); a process that ends before
     # (a usage error) closes its stdin, and the child then exits without a request.
     if evalgate_prespawn_wanted(early_config.known_args_namespace):
-        from pytest_evalgate.gcpause import evalgate_pause_gc
         from pytest_evalgate.runner.spawn import evalgate_prespawn_child
 
         evalgate_prespawn_child()
-        evalgate_pause_gc()  # until the runner started (session resumes it): gcpause.py
 
 
 def evalgate_prespawn_wanted(options: object) -> bool:
@@ -128,6 +126,12 @@ def evalgate_prespawn_wanted(options: object) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("evalgate"):
         return
+    if evalgate_prespawn_wanted(config.option):
+        from pytest_evalgate.gcpause import evalgate_pause_gc
+
+        # Until the runner started (the session resumes it; this module's unconfigure at the
+        # latest, which pytest runs once configure began, even when it raised): gcpause.py.
+        evalgate_pause_gc()
     from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.items import EVALGATE_PLUGIN_KEY
     from pytest_evalgate.protocol import EvalgateLightProtocol
@@ -142,3 +146,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[EVALGATE_PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, "evalgate-plugin")
     config.pluginmanager.register(EvalgateLightProtocol(), "evalgate-protocol")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.getoption("evalgate", False):
+        from pytest_evalgate.gcpause import evalgate_resume_gc
+
+        evalgate_resume_gc()  # a configure that raised registered no session to do it

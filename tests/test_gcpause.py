@@ -81,3 +81,27 @@ def test_a_requesting_session_collects_again_from_its_item_loop_on(
         assert "item loop" not in seen  # --collect-only runs no item
     else:
         assert seen["item loop"] is True
+
+
+@pytest.mark.usefixtures("collector")
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (("--evalgate", "--no-such-option", "suite"), None),  # refused while pytest parses
+        (("--evalgate", "suite"), "yes"),  # refused inside the plugin's configure
+    ],
+    ids=["parse", "configure"],
+)
+def test_an_in_process_run_refused_at_start_leaves_the_collector_on(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+    env: str | None,
+) -> None:
+    write_suite(pytester.path / "suite", {"candidate": GOOD, "baseline": GOOD})
+    if env is not None:
+        monkeypatch.setenv("PYTEST_EVALGATE_ASYNCIO_LOOP", env)
+    gc.enable()
+    result = pytester.runpytest(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert gc.isenabled()
