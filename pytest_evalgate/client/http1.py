@@ -12,9 +12,9 @@ not hand-written here.
 
 Contracts
 ---------
-- ``EvalgateHttpTarget(url, headers)`` is one URL and its fixed headers, encoded once; a URL
-  that is not ``http(s)://host[:port]/path`` and a header with a line break are
-  ``EvalgateConfigError``.
+- ``EvalgateHttpTarget(url, headers)`` (``client.http1_head``) is one URL and its fixed headers,
+  encoded once; a URL that is not ``http(s)://host[:port]/path`` and a header with a line break
+  are ``EvalgateConfigError``.
 - ``EvalgateHttpPool.evalgate_post(target, headers, body)`` sends one ``POST`` on an idle
   kept-alive connection to the target's origin (the most recently used one) or on a new one,
   and returns an ``EvalgateHttpResponse`` once the status line and headers have arrived
@@ -45,80 +45,19 @@ Contracts
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import cast
-from urllib.parse import urlsplit
 
 import httptools
 
-from pytest_evalgate.errors import EvalgateConfigError, EvalgateHttpError, EvalgateHttpTruncated
+from pytest_evalgate.client.http1_head import EvalgateHeaders, EvalgateHttpTarget
+from pytest_evalgate.errors import EvalgateHttpError, EvalgateHttpTruncated
+
+__all__ = ["EvalgateHeaders", "EvalgateHttpPool", "EvalgateHttpResponse", "EvalgateHttpTarget"]
 
 _PAUSE_BYTES = 1 << 20  # unread body bytes at which the socket's reading pauses
 _HEAD_MAX = 1 << 16  # bytes of header names and values one response may send
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class EvalgateHttpTarget:
-    """One URL and its fixed headers (``Host`` is added), encoded once for every request."""
-
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        try:
-            port = parts.port
-        except ValueError:
-            port = -1
-        if scheme not in _DEFAULT_PORTS or not parts.hostname or port == -1:
-            raise EvalgateConfigError(url, "base_url", "must be http(s)://host[:port]/path")
-        self.url = url
-        self.host = parts.hostname
-        self.port = port or _DEFAULT_PORTS[scheme]
-        self.tls = scheme == "https"
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        if port and port != _DEFAULT_PORTS[scheme]:
-            host += f":{port}"
-        lines = [f"POST {path} HTTP/1.1".encode("ascii"), _line("Host", host)]
-        lines += [_line(name, value) for name, value in headers.items()]
-        self._head = b"\r\n".join(lines) + b"\r\n"
-
-    @property
-    def origin(self) -> tuple[bool, str, int]:
-        """What a connection can be shared by: (TLS, host, port)."""
-        return self.tls, self.host, self.port
-
-    def evalgate_request(self, headers: Mapping[str, str], body: bytes) -> bytes:
-        """The whole request: the fixed head, ``headers``, ``Content-Length`` and ``body``."""
-        extra = b"".join(_line(name, value) + b"\r\n" for name, value in headers.items())
-        length = b"Content-Length: %d\r\n\r\n" % len(body)
-        return self._head + extra + length + body
-
-
-def _line(name: str, value: str) -> bytes:
-    if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
-        raise EvalgateConfigError(name, "header", "has a character a header may not hold")
-    return f"{name}: {value}".encode()
-
-
-class EvalgateHeaders(Mapping[str, str]):
-    """A response's headers, looked up without regard to case (the first of repeated ones)."""
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        self._map: dict[str, str] = {}
-        for name, value in pairs:
-            self._map.setdefault(name.lower(), value)
-
-    def __getitem__(self, name: str) -> str:
-        return self._map[name.lower()]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._map)
-
-    def __len__(self) -> int:
-        return len(self._map)
 
 
 class EvalgateHttpResponse:
@@ -130,6 +69,7 @@ class EvalgateHttpResponse:
         self.status = 0
         self.headers = EvalgateHeaders([])
         self.content_length: int | None = None
+        self.close_delimited = False  # no length, no chunks: the body ends with its connection
         self._chunks: list[bytes] = []
         self._unread = 0
         self._complete = False
@@ -196,6 +136,7 @@ class EvalgateHttpResponse:
         length = headers.get("content-length")
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         self.content_length = int(length) if length and length.isdigit() and not chunked else None
+        self.close_delimited = self.content_length is None and not chunked
 
     def evalgate_feed(self, data: bytes) -> int:
         """Buffer body bytes; returns how many are unread now."""
@@ -234,7 +175,6 @@ class _EvalgateConnection(asyncio.Protocol):
         self._head_bytes = 0
         self._interim = False
         self._paused = False
-        self._close_delimited = False
 
     def evalgate_send(self, response: EvalgateHttpResponse, request: bytes) -> asyncio.Future[None]:
         """Write ``request``; the returned future is done when the response's head arrived."""
@@ -285,7 +225,7 @@ class _EvalgateConnection(asyncio.Protocol):
         if self._head is not None and not self._head.done():
             why = f" ({type(exc).__name__}: {exc})" if exc else ""
             self._fail_head(EvalgateHttpError(f"the server closed the connection{why}"))
-        elif self._close_delimited:
+        elif response.close_delimited:
             response.evalgate_complete(keep_alive=False)  # a body that ends with its connection
         else:
             got = "" if response.content_length is None else f" of {response.content_length}"
@@ -317,9 +257,6 @@ class _EvalgateConnection(asyncio.Protocol):
         if response is None:
             return
         response.evalgate_head(status, headers)
-        self._close_delimited = response.content_length is None and "chunked" not in (
-            headers.get("transfer-encoding", "").lower()
-        )
         if self._head is not None and not self._head.done():
             self._head.set_result(None)
 
@@ -337,7 +274,6 @@ class _EvalgateConnection(asyncio.Protocol):
             return
         response = self._response
         self._response = None
-        self._close_delimited = False
         if response is not None:
             response.evalgate_complete(keep_alive=self._parser.should_keep_alive())
 

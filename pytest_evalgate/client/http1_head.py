@@ -1,0 +1,77 @@
+"""The fixed parts of ``client.http1``'s messages: a request's target and head, encoded once,
+and a response's headers, looked up without regard to case.
+
+Kept apart from the connections and the pool (``client.http1``): this is pure string and byte
+work, with the refusals of what a header line may not hold, and no event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from urllib.parse import urlsplit
+
+from pytest_evalgate.errors import EvalgateConfigError
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class EvalgateHttpTarget:
+    """One URL and its fixed headers (``Host`` is added), encoded once for every request."""
+
+    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        if scheme not in _DEFAULT_PORTS or not parts.hostname or port == -1:
+            raise EvalgateConfigError(url, "base_url", "must be http(s)://host[:port]/path")
+        self.url = url
+        self.host = parts.hostname
+        self.port = port or _DEFAULT_PORTS[scheme]
+        self.tls = scheme == "https"
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if port and port != _DEFAULT_PORTS[scheme]:
+            host += f":{port}"
+        lines = [f"POST {path} HTTP/1.1".encode("ascii"), _line("Host", host)]
+        lines += [_line(name, value) for name, value in headers.items()]
+        self._head = b"\r\n".join(lines) + b"\r\n"
+
+    @property
+    def origin(self) -> tuple[bool, str, int]:
+        """What a connection can be shared by: (TLS, host, port)."""
+        return self.tls, self.host, self.port
+
+    def evalgate_request(self, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The whole request: the fixed head, ``headers``, ``Content-Length`` and ``body``."""
+        extra = b"".join(_line(name, value) + b"\r\n" for name, value in headers.items())
+        length = b"Content-Length: %d\r\n\r\n" % len(body)
+        return self._head + extra + length + body
+
+
+def _line(name: str, value: str) -> bytes:
+    if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+        raise EvalgateConfigError(name, "header", "has a character a header may not hold")
+    return f"{name}: {value}".encode()
+
+
+class EvalgateHeaders(Mapping[str, str]):
+    """A response's headers, looked up without regard to case (the first of repeated ones)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._map: dict[str, str] = {}
+        for name, value in pairs:
+            self._map.setdefault(name.lower(), value)
+
+    def __getitem__(self, name: str) -> str:
+        return self._map[name.lower()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
