@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from pytest_evalgate.client.http1_head import evalgate_header_value_ok
 from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_spawn_simulator
@@ -59,12 +60,16 @@ class EvalgateSimulatorPool:
 
 def evalgate_env_key(source: str, key: str, name: str | None) -> str | None:
     """The value of the key variable ``name`` (None when no variable is named); an unset or
-    empty one is an ``EvalgateConfigError`` of ``source`` at ``key``. The value is registered
-    for redaction from everything this process writes."""
+    empty one, or one holding a line break (it could not be sent as a header), is an
+    ``EvalgateConfigError`` of ``source`` at ``key`` that never quotes the value. The value is
+    registered for redaction from everything this process writes."""
     if name is None:
         return None
     value = os.environ.get(name)
     if not value:
         raise EvalgateConfigError(source, key, f"environment variable {name} is not set")
     evalgate_add_secret(value)
+    if not evalgate_header_value_ok(value):  # it goes into the Authorization header
+        reason = f"environment variable {name} holds a line break or NUL (a key read from a file"
+        raise EvalgateConfigError(source, key, reason + " keeps its newline: strip it)")
     return value

@@ -302,6 +302,21 @@ def test_an_api_key_env_naming_an_unset_variable_is_exit_4_before_any_request(
     )
 
 
+def test_an_api_key_with_a_trailing_newline_is_exit_4_before_any_request(
+    pytester: pytest.Pytester, endpoint: _Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVALGATE_TEST_NEWLINE_KEY", "sk-newline-0123456789\n")
+    path = _suite(pytester, endpoint)
+    _edit(path, "candidates", "baseline", "api_key_env", value="EVALGATE_TEST_NEWLINE_KEY")
+    text = _run_refused(
+        pytester,
+        endpoint,
+        "evalgate.yaml: candidates.baseline.api_key_env: ",
+        "EVALGATE_TEST_NEWLINE_KEY holds a line break or NUL",
+    )
+    assert "sk-newline-0123456789" not in text  # the value is never quoted
+
+
 @pytest.mark.parametrize(
     ("url", "reason"),
     [

@@ -53,8 +53,13 @@ class EvalgateHttpTarget:
         return self._head + extra + length + body
 
 
+def evalgate_header_value_ok(value: str) -> bool:
+    """Whether ``value`` may stand in a header line (no line break, no NUL)."""
+    return not any(c in value for c in "\r\n\0")
+
+
 def _line(name: str, value: str) -> bytes:
-    if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
+    if not _TOKEN.fullmatch(name) or not evalgate_header_value_ok(value):
         raise EvalgateConfigError(name, "header", "has a character a header may not hold")
     return f"{name}: {value}".encode()
 
