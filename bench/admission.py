@@ -45,7 +45,7 @@ from admissionkit import (
     signed_decision,
 )
 
-from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV
+from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV
 from pytest_evalgate.registry import evalgate_registry_promote
 from pytest_evalgate.stats import evalgate_percentile
 

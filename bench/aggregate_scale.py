@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _tree import run_tree
 
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.shard import shard_for
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.shard.plan import shard_for
 from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateLocalStore,

@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 from aiohttp import web
 
-from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client.budget import EvalgateLimiter
 
 Runner = Callable[[str, int, int], Awaitable[None]]
 

@@ -20,9 +20,10 @@ import time
 
 import numpy as np
 
-from pytest_evalgate import gate, stats
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import EvalgateGateInput as BenchInput
+from pytest_evalgate import stats
+from pytest_evalgate.aggregate.combine import EvalgateGateInput as BenchInput
+from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.policy import load as gate_policy
 
 CASES, CATEGORIES, CLUSTER, RESAMPLES = 40_000, 50, 4, 10_000
 

@@ -51,27 +51,27 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
     # exact-value files first: with -x a mutant they kill costs only their run
     "pytest_evalgate/stats.py": ("tests/test_stats_exact.py", "tests/test_stats.py"),
-    "pytest_evalgate/gate.py": (
+    "pytest_evalgate/gate/rules.py": (
         "tests/test_gate_rules_exact.py",
         "tests/test_gate_more_exact.py",
         "tests/test_gate_rules.py",
     ),
-    "pytest_evalgate/gate_single.py": (
+    "pytest_evalgate/gate/single.py": (
         "tests/test_gate_more_exact.py",
         "tests/test_gate_rules_exact.py",
         "tests/test_gate_rules.py",
     ),
-    "pytest_evalgate/gate_judge.py": (
+    "pytest_evalgate/gate/judge.py": (
         "tests/test_gate_more_exact.py",
         "tests/test_judge_pairwise.py",
         "tests/test_judge_wiring.py",
     ),
-    "pytest_evalgate/aggregate.py": (
+    "pytest_evalgate/aggregate/combine.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_aggregate.py",
         "tests/test_aggregate_golden.py",
     ),
-    "pytest_evalgate/aggregate_table.py": (
+    "pytest_evalgate/aggregate/table.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_aggregate_golden.py",
         "tests/test_aggregate.py",
@@ -82,7 +82,7 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_aggregate_fields.py",
         "tests/test_aggregate_memory.py",
     ),
-    "pytest_evalgate/aggregate_code.py": (
+    "pytest_evalgate/aggregate/code.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_sandbox_passk.py",
     ),

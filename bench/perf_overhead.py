@@ -23,9 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.perf import evalgate_run_perf
-from pytest_evalgate.perf_result import EvalgatePerfResult
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.perf.phase import evalgate_run_perf
+from pytest_evalgate.perf.result import EvalgatePerfResult
 from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_spawn_simulator
 from pytest_evalgate.stats import evalgate_percentile
 

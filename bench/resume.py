@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     EvalgateSimServer,

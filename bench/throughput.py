@@ -46,7 +46,7 @@ from typing import Any
 
 import aiohttp
 
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated import (
     EvalgateSimProcess,
     evalgate_parse_simulated_url,

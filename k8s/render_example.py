@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render, evalgate_to_yaml
+from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render, evalgate_to_yaml
 
 K8S_DIR = Path(__file__).resolve().parent
 EXAMPLE_SHARDS = 4

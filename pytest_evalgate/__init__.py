@@ -17,9 +17,9 @@ _EXPORTS = {
     "EvalgateRecord": "pytest_evalgate.store",
     "EvalgateIdentity": "pytest_evalgate.store",
     "EvalgateScorer": "pytest_evalgate.scoring",
-    "EvalgatePolicy": "pytest_evalgate.gate",
-    "EvalgateDecision": "pytest_evalgate.decision",
-    "EvalgateManifest": "pytest_evalgate.manifest",
+    "EvalgatePolicy": "pytest_evalgate.gate.rules",
+    "EvalgateDecision": "pytest_evalgate.decision.record",
+    "EvalgateManifest": "pytest_evalgate.manifest.load",
     "EvalgateError": "pytest_evalgate.errors",
     "EvalgateConfigError": "pytest_evalgate.errors",
     "EvalgateStoreError": "pytest_evalgate.errors",
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from pytest_evalgate.decision import EvalgateDecision
+    from pytest_evalgate.decision.record import EvalgateDecision
     from pytest_evalgate.errors import (
         EvalgateConfigError,
         EvalgateError,
@@ -51,8 +51,8 @@ if TYPE_CHECKING:
         EvalgateSignatureError,
         EvalgateStoreError,
     )
-    from pytest_evalgate.manifest import EvalgateManifest
-    from pytest_evalgate.policy import EvalgatePolicy
+    from pytest_evalgate.manifest.load import EvalgateManifest
+    from pytest_evalgate.policy.load import EvalgatePolicy
     from pytest_evalgate.scoring import EvalgateScorer
     from pytest_evalgate.store import EvalgateIdentity, EvalgateRecord
 

@@ -26,8 +26,8 @@ import pytest
 from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
 
 from pytest_evalgate.client.redact import evalgate_redact
-from pytest_evalgate.manifest import EvalgateManifest
-from pytest_evalgate.manifest_dataset import EvalgateCase
+from pytest_evalgate.manifest.dataset import EvalgateCase
+from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.store import EvalgateIdentity
 
 

@@ -127,7 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("evalgate"):
         return
     if evalgate_prespawn_wanted(config.option):
-        from pytest_evalgate.gcpause import evalgate_pause_gc
+        from pytest_evalgate.session.gcpause import evalgate_pause_gc
 
         # Until the runner started (the session resumes it; this module's unconfigure at the
         # latest, which pytest runs once configure began, even when it raised): gcpause.py.
@@ -136,7 +136,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_evalgate.items import EVALGATE_PLUGIN_KEY
     from pytest_evalgate.protocol import EvalgateLightProtocol
     from pytest_evalgate.runner.wire import evalgate_asyncio_loop_wanted
-    from pytest_evalgate.session import EvalgatePlugin
+    from pytest_evalgate.session.core import EvalgatePlugin
 
     try:
         evalgate_asyncio_loop_wanted(os.environ)  # a bad value stops the run before a request
@@ -150,6 +150,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if config.getoption("evalgate", False):
-        from pytest_evalgate.gcpause import evalgate_resume_gc
+        from pytest_evalgate.session.gcpause import evalgate_resume_gc
 
         evalgate_resume_gc()  # a configure that raised registered no session to do it

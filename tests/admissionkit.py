@@ -21,19 +21,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from pytest_evalgate.attest import (
+from pytest_evalgate.attest.dsse import (
     EVALGATE_PAYLOAD_TYPE,
     evalgate_pae,
     evalgate_sign,
     evalgate_statement,
 )
-from pytest_evalgate.attest_keys import (
+from pytest_evalgate.attest.keys import (
     evalgate_generate_key,
     evalgate_keyid,
     evalgate_load_private_key,
 )
-from pytest_evalgate.attest_override import evalgate_override
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.attest.override import evalgate_override
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 
 JSON = dict[str, Any]
 

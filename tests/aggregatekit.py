@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_evalgate import aggregate
+from pytest_evalgate.aggregate import combine as aggregate
 
 
 @pytest.fixture(autouse=True, params=["columns", "records"])

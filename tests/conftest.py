@@ -28,7 +28,7 @@ import matplotlib.backends.backend_agg
 import matplotlib.backends.backend_svg
 import matplotlib.pyplot
 
-import pytest_evalgate.session  # noqa: F401  (see the module docstring)
+import pytest_evalgate.session.core  # noqa: F401  (see the module docstring)
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated import evalgate_write_answer_key
 
 DEFAULT_POLICY: dict[str, Any] = {

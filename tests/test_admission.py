@@ -43,8 +43,8 @@ from pytest_evalgate.admission import (
     evalgate_review_response,
 )
 from pytest_evalgate.admission.pod import evalgate_image_is_weights, evalgate_split_image
-from pytest_evalgate.attest import evalgate_payload_sha256, evalgate_statement
-from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV
+from pytest_evalgate.attest.dsse import evalgate_payload_sha256, evalgate_statement
+from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV
 from pytest_evalgate.errors import EvalgateAdmissionError, EvalgateConfigError
 from pytest_evalgate.registry import (
     EvalgateRegistryDraft,

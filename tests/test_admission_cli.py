@@ -29,8 +29,8 @@ from admissionkit import (
     signed_decision,
 )
 
-from pytest_evalgate.attest import evalgate_write_envelope
-from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV
+from pytest_evalgate.attest.dsse import evalgate_write_envelope
+from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV
 from pytest_evalgate.cli import evalgate_build_parser
 from pytest_evalgate.cli.admission import EVALGATE_ADMISSION_HOST_ENV, EVALGATE_ADMISSION_READY
 

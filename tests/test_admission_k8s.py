@@ -24,8 +24,8 @@ from pytest_evalgate.admission.checker import (
     EVALGATE_CHECKED_OPERATIONS,
 )
 from pytest_evalgate.admission.pod import EVALGATE_WEIGHTS_ANNOTATION, evalgate_image_is_weights
-from pytest_evalgate.attest import EVALGATE_PREDICATE_TYPE
-from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV
+from pytest_evalgate.attest.dsse import EVALGATE_PREDICATE_TYPE
+from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV
 
 OVERLAY = Path(__file__).resolve().parents[1] / "k8s" / "overlays" / "admission"
 K8S_VERSIONS = ("1.30.0", "1.33.0")

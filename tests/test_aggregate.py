@@ -9,8 +9,8 @@ import pytest
 from aggregatekit import aggregation_path  # noqa: F401 (autouse: both paths)
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.store import (
     EvalgateLocalStore,
     EvalgateSegmentWriter,

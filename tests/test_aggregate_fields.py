@@ -17,15 +17,15 @@ import pytest
 from aggregatekit import aggregation_path  # noqa: F401 (autouse: both paths)
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate import gate
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import (
+from pytest_evalgate.aggregate.combine import (
     EvalgateAggregate,
     EvalgateRate,
     EvalgateSelection,
     evalgate_aggregate,
 )
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.policy import load as gate_policy
 from pytest_evalgate.store import (
     EvalgateLocalStore,
     EvalgateSegmentWriter,
@@ -358,7 +358,7 @@ def test_error_rates_are_keyed_by_role_whatever_the_candidates_are_called(tmp_pa
 def test_flips_cross_one_half_either_way_and_a_nan_counts_as_below() -> None:
     from types import SimpleNamespace
 
-    from pytest_evalgate.aggregate import _flipped
+    from pytest_evalgate.aggregate.combine import _flipped
 
     data = SimpleNamespace(
         case_ids=("a", "b", "c", "d", "e", "f"),

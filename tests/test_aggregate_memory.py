@@ -13,8 +13,8 @@ from typing import Any
 
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateLocalStore,

@@ -19,7 +19,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
 
-from pytest_evalgate.attest import (
+from pytest_evalgate.attest.dsse import (
     EVALGATE_PAYLOAD_TYPE,
     EVALGATE_PREDICATE_TYPE,
     EVALGATE_STATEMENT_TYPE,
@@ -32,20 +32,20 @@ from pytest_evalgate.attest import (
     evalgate_verify,
     evalgate_write_envelope,
 )
-from pytest_evalgate.attest_keys import (
+from pytest_evalgate.attest.keys import (
     EVALGATE_KEY_PASSWORD_ENV,
     evalgate_generate_key,
     evalgate_keyid,
     evalgate_load_private_key,
     evalgate_load_public_key,
 )
-from pytest_evalgate.attest_override import (
+from pytest_evalgate.attest.override import (
     EVALGATE_OVERRIDE_TYPE,
     evalgate_override,
     evalgate_verify_override,
 )
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 
 WEIGHTS = "sha256:" + "3f" * 32
 NOW = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)

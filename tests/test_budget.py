@@ -9,8 +9,8 @@ import time
 import pytest
 from faultserver import FaultServer, FaultStep
 
-from pytest_evalgate.budget import EvalgateLimiter, evalgate_check_shares, evalgate_share
 from pytest_evalgate.client import EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client.budget import EvalgateLimiter, evalgate_check_shares, evalgate_share
 from pytest_evalgate.errors import EvalgateConfigError
 
 # --- shares ---------------------------------------------------------------------------------------

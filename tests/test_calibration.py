@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
-from pytest_evalgate import gate, stats
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
+from pytest_evalgate import stats
+from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
+from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.policy import load as gate_policy
 
 
 def clustered_diffs(

@@ -30,7 +30,6 @@ from promkit import (
 )
 from suitekit import write_suite
 
-from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import (
     EvalgatePrometheus,
     evalgate_analysis_template,
@@ -41,6 +40,7 @@ from pytest_evalgate.canary import (
 from pytest_evalgate.canary.check import EvalgateCanaryCheck
 from pytest_evalgate.cli import main
 from pytest_evalgate.errors import EvalgatePrometheusError
+from pytest_evalgate.policy import load as gate_policy
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from suitekit import DEFAULT_POLICY, write_suite
 
-from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import evalgate_analysis_template, evalgate_selector
 from pytest_evalgate.cli import main
+from pytest_evalgate.policy import load as gate_policy
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO.parent / "shared" / "crds"

@@ -17,7 +17,6 @@ import crdkit
 import jsonschema
 import pytest
 
-from pytest_evalgate import policy as gate_policy
 from pytest_evalgate.canary import (
     EvalgateRolloutOptions,
     evalgate_analysis_template,
@@ -30,7 +29,8 @@ from pytest_evalgate.canary import (
 from pytest_evalgate.canary.analysis import evalgate_conditions
 from pytest_evalgate.canary.rollout import evalgate_rollback_patch
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.online import EVALGATE_ONLINE_METRICS, EvalgateOnlineRule
+from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS, EvalgateOnlineRule
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO.parent / "shared" / "crds"

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.capacity import (
+from pytest_evalgate.capacity.plan import (
     EvalgateCapacityInput,
     evalgate_busy_seconds,
     evalgate_capacity_plan,
     evalgate_measure,
     evalgate_replicas_for,
 )
-from pytest_evalgate.capacity_store import evalgate_pinned_gpus
+from pytest_evalgate.capacity.store import evalgate_pinned_gpus
 from pytest_evalgate.cli import main
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest import EvalgateCandidate
+from pytest_evalgate.manifest.load import EvalgateCandidate
 
 Capsys = pytest.CaptureFixture[str]
 SEED = ["--items", "40000", "--assume-output-tokens", "600", "--tokens-per-s", "3000"]

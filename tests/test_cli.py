@@ -252,7 +252,7 @@ def test_gate_on_an_empty_store_is_incomplete_and_exits_1(tmp_path: Path, capsys
 def test_an_invalid_signature_is_a_verdict_on_stdout_not_an_error(
     tmp_path: Path, keys: Path, capsys: Capsys
 ) -> None:
-    from pytest_evalgate.attest import evalgate_sign
+    from pytest_evalgate.attest.dsse import evalgate_sign
 
     subject = [{"name": "m", "digest": {"sha256": "ab" * 32}}]
     statement = {"_type": "https://in-toto.io/Statement/v1", "subject": subject}

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from faultserver import FaultServer, FaultStep
 
-from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import (
     EvalgateCallResult,
     EvalgateClient,
@@ -25,6 +24,7 @@ from pytest_evalgate.client import (
     evalgate_parse_duration,
     evalgate_retry_hint,
 )
+from pytest_evalgate.client.budget import EvalgateLimiter
 from pytest_evalgate.errors import EvalgateConfigError
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.0, "max_tokens": 16}

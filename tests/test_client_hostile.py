@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from faultserver import FaultServer, FaultStep
 
-from pytest_evalgate.budget import EvalgateLimiter
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
+from pytest_evalgate.client.budget import EvalgateLimiter
 from pytest_evalgate.client.checks import (
     EVALGATE_HINT_CAP_S,
     evalgate_caps,

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.cli import main
-from pytest_evalgate.contamination import (
+from pytest_evalgate.aggregate.contamination import (
     evalgate_canary_identities,
     evalgate_contaminated_verdict,
     evalgate_scan_file,
 )
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.cli import main
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated.answers import evalgate_prompt_digest
 from pytest_evalgate.simulated.canary import evalgate_sim_leaks
 from pytest_evalgate.simulated.draws import evalgate_sim_salt

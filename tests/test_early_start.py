@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.early import evalgate_may_start_early
+from pytest_evalgate.session.early import evalgate_may_start_early
 
 GOOD = "simulated://?accuracy=1.0&seed=1"
 TIERS = {"checkpoint": {"fraction": 0.25, "seed": 3}}

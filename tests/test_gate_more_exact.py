@@ -12,11 +12,11 @@ import pytest
 from gatekit import WORSE_BETTER, make, on_metric, on_slice, policy
 from scipy import stats as sps
 
-from pytest_evalgate import gate
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
+from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
+from pytest_evalgate.policy import load as gate_policy
 
 # --------------------------------------------------------------------------- single-model rules
 

@@ -16,13 +16,13 @@ import pytest
 import yaml
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate import gate
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import EvalgateGateInput
+from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate_private import evalgate_gap_bootstrap, evalgate_gap_rule
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.policy import evalgate_load_suite_policy
+from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.gate.private import evalgate_gap_bootstrap, evalgate_gap_rule
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy.load import evalgate_load_suite_policy
 
 GAP = {"rule": "public_private_gap", "public": ["alpha", "beta"], "private": ["held"]}
 
@@ -296,7 +296,7 @@ def test_the_rule_is_checked_against_the_manifest(
 def test_a_gap_spec_takes_only_a_finite_number_in_0_1(bad: object) -> None:
     from pydantic import ValidationError
 
-    from pytest_evalgate.policy import EvalgateGapSpec
+    from pytest_evalgate.policy.load import EvalgateGapSpec
 
     spec = {"rule": "public_private_gap", "public": ["a"], "private": ["b"], "max_gap": bad}
     with pytest.raises(ValidationError):

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_evalgate import gate
-from pytest_evalgate import policy as gate_policy
-from pytest_evalgate.aggregate import EvalgateGateInput as GateInput
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
+from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.policy import load as gate_policy
 
 
 def make_input(

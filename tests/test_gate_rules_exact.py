@@ -19,7 +19,8 @@ import pytest
 from gatekit import WORSE_BETTER, Z_SUM, by_name, make, on_metric, on_slice, policy
 from scipy import stats as sps
 
-from pytest_evalgate import gate, stats
+from pytest_evalgate import stats
+from pytest_evalgate.gate import rules as gate
 
 # --------------------------------------------------------------------------- quality rules
 

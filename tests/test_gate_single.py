@@ -17,11 +17,11 @@ import yaml
 from scipy.stats import binomtest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate import EvalgateGateInput
+from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.errors import EvalgatePolicyError
-from pytest_evalgate.gate import evalgate_evaluate
-from pytest_evalgate.gate_single import evalgate_max_rate, evalgate_min_rate
-from pytest_evalgate.policy import evalgate_load_policy
+from pytest_evalgate.gate.rules import evalgate_evaluate
+from pytest_evalgate.gate.single import evalgate_max_rate, evalgate_min_rate
+from pytest_evalgate.policy.load import evalgate_load_policy
 
 SINGLE: dict[str, Any] = {
     "version": "single-v1",

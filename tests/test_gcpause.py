@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from suitekit import write_suite
 
-from pytest_evalgate.gcpause import evalgate_pause_gc, evalgate_resume_gc
+from pytest_evalgate.session.gcpause import evalgate_pause_gc, evalgate_resume_gc
 
 GOOD = "simulated://?accuracy=1.0&seed=1"
 

@@ -21,11 +21,11 @@ import pytest
 import yaml
 from suitekit import DEFAULT_POLICY, write_suite
 
-from pytest_evalgate.endpoint_url import evalgate_base_url_problem
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.jsonlread import evalgate_json_value, evalgate_jsonl_rows
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.policy import evalgate_load_policy
+from pytest_evalgate.formats.jsonlread import evalgate_json_value, evalgate_jsonl_rows
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.manifest.url import evalgate_base_url_problem
+from pytest_evalgate.policy.load import evalgate_load_policy
 from pytest_evalgate.simulated import evalgate_parse_simulated_url
 
 REPO = Path(__file__).resolve().parent.parent

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from suitekit import DEFAULT_POLICY, write_suite
 from test_store import EXPECT, PREFIX, record
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.policy import EvalgatePolicy, evalgate_load_policy
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_load_policy
 from pytest_evalgate.store import EvalgateLocalStore, evalgate_read_generation, evalgate_seal
 from pytest_evalgate.store.records import evalgate_seal_line
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from suitekit import write_suite
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.cli import main
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.store import evalgate_candidate_prefix, evalgate_seal
 
 GOOD = "simulated://?accuracy=1.0&seed=1"

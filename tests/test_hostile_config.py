@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.policy import evalgate_load_policy
-from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
+from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.policy.load import evalgate_load_policy
 from tests.suitekit import write_suite
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(

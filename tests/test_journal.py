@@ -25,8 +25,8 @@ import pytest
 from assertkit import evalgate_decided_exit, evalgate_wait_idle
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
 from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
 from pytest_evalgate.store import (

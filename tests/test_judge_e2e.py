@@ -34,7 +34,7 @@ from pytest_evalgate.judge.pairwise import (
     evalgate_pair_outcome,
     evalgate_pairwise_cases,
 )
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 
 pytestmark = pytest.mark.slow
 

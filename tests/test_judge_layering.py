@@ -14,19 +14,23 @@ ALLOWED = {
     "__init__": set(),
     # strictmodel and jsonlread are leaves (pydantic; errors): the one config model, the one
     # JSON Lines reader (issue 19)
-    "spec": {"pytest_evalgate.canonical", "pytest_evalgate.errors", "pytest_evalgate.strictmodel"},
-    "prompt": {"pytest_evalgate.canonical", "pytest_evalgate.judge.spec"},
-    "parse": {"pytest_evalgate.canonical", "pytest_evalgate.judge.spec"},
+    "spec": {
+        "pytest_evalgate.formats.canonical",
+        "pytest_evalgate.errors",
+        "pytest_evalgate.formats.strictmodel",
+    },
+    "prompt": {"pytest_evalgate.formats.canonical", "pytest_evalgate.judge.spec"},
+    "parse": {"pytest_evalgate.formats.canonical", "pytest_evalgate.judge.spec"},
     "pairwise": {"pytest_evalgate.errors", "pytest_evalgate.stats", "pytest_evalgate.judge.parse"},
     "agreement": {
         "pytest_evalgate.errors",
-        "pytest_evalgate.jsonlread",
+        "pytest_evalgate.formats.jsonlread",
         "pytest_evalgate.stats",
         "pytest_evalgate.judge.parse",
         "pytest_evalgate.judge.spec",
     },
     "simjudge": {
-        "pytest_evalgate.canonical",
+        "pytest_evalgate.formats.canonical",
         "pytest_evalgate.errors",
         "pytest_evalgate.judge.agreement",
         "pytest_evalgate.judge.parse",

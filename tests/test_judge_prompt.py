@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge import prompt, spec
 
 RUBRIC = "5: correct and complete. 3: partly right. 1: wrong or harmful.\n"

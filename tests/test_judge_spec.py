@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge import spec
-from pytest_evalgate.manifest import EvalgateCandidate
+from pytest_evalgate.manifest.load import EvalgateCandidate
 
 SOURCE = "suites/s/evalgate.yaml"
 

@@ -13,9 +13,10 @@ import yaml
 from judgekit import set_judge, write_judged_suite
 from suitekit import make_cases
 
+from pytest_evalgate.aggregate.judged import EvalgateJudgeFacts, evalgate_judge_overlay
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import evalgate_evaluate
-from pytest_evalgate.gate_judge import evalgate_judge_rule
+from pytest_evalgate.gate.judge import evalgate_judge_rule
+from pytest_evalgate.gate.rules import evalgate_evaluate
 from pytest_evalgate.judge.agreement import EvalgateGoldenPointwise, evalgate_pointwise_agreement
 from pytest_evalgate.judge.pairwise import (
     EvalgatePairJudgment,
@@ -23,10 +24,9 @@ from pytest_evalgate.judge.pairwise import (
     evalgate_pairwise_cases,
 )
 from pytest_evalgate.judge.spec import EvalgateJudgeScale
-from pytest_evalgate.judged import EvalgateJudgeFacts, evalgate_judge_overlay
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.manifest_judge import evalgate_definition_evaluator
-from pytest_evalgate.policy import evalgate_load_policy
+from pytest_evalgate.manifest.judge import evalgate_definition_evaluator
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.policy.load import evalgate_load_policy
 from pytest_evalgate.runner.judge_views import evalgate_judged_view
 from pytest_evalgate.simulated.answers import evalgate_load_answer_key
 from pytest_evalgate.simulated.judge_style import (
@@ -332,7 +332,7 @@ def test_policies_take_the_judge_rules(tmp_path: Path) -> None:
 
 
 def test_the_gate_evaluates_judge_rules_from_the_gate_input(tmp_path: Path) -> None:
-    from pytest_evalgate.aggregate import EvalgateGateInput
+    from pytest_evalgate.aggregate.combine import EvalgateGateInput
 
     path = tmp_path / "gate.yaml"
     path.write_text(yaml.safe_dump(

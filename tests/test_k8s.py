@@ -30,14 +30,14 @@ import yaml
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
-from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render
-from pytest_evalgate.k8s_run import (
+from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s.run import (
     evalgate_api,
     evalgate_index_phases,
     evalgate_progress_line,
     evalgate_run,
 )
-from pytest_evalgate.manifest import evalgate_base_url_env
+from pytest_evalgate.manifest.load import evalgate_base_url_env
 
 REPO = Path(__file__).resolve().parents[1]
 K8S = REPO / "k8s"
@@ -618,7 +618,7 @@ def test_cli_render_checks_the_manifests_shard_plan(
 def test_cli_shard_plan_writes_plan_and_prints_balances(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_evalgate.shard import evalgate_load_plan
+    from pytest_evalgate.shard.plan import evalgate_load_plan
 
     suite = _suite(tmp_path)
     assert cli_main(["shard-plan", str(suite), "--shards", "4"]) == 0

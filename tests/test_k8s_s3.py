@@ -14,7 +14,7 @@ from test_k8s import CRDS, _render, _suite, _validate
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.k8s_store import (
+from pytest_evalgate.k8s.store import (
     EvalgateS3RenderOptions,
     evalgate_s3_store_objects,
     evalgate_store_port,

@@ -12,9 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pytest_evalgate.k8s import evalgate_container_security, evalgate_render
-from pytest_evalgate.k8s_sandbox import EVALGATE_SECCOMP_PROFILE, evalgate_sandbox_pod
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.k8s.render import evalgate_container_security, evalgate_render
+from pytest_evalgate.k8s.sandbox import EVALGATE_SECCOMP_PROFILE, evalgate_sandbox_pod
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 K8S_VERSIONS = ("1.30.0", "1.33.0")

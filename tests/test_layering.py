@@ -16,17 +16,11 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
-PURE = {
-    "errors", "canonical", "manifest", "shard", "scoring", "simulated", "client", "budget",
-    "store", "runner", "aggregate", "stats", "gate", "perf", "attest", "report", "decide", "k8s",
-    "endpoints", "scheduler", "cli", "registry", "admission", "judge", "sandbox", "metrics",
-    "decision", "online", "canary", "k8s_store", "manifest_code", "aggregate_code", "k8s_sandbox",
-    "polyaxon", "polyaxon_check", "revision",
-    "aggregate_table", "policy", "early", "preload",
-}  # fmt: skip
-PURE |= {"capacity", "capacity_store", "probe", "probe_load"}  # issue 16 part B
-PURE |= {"attest_keys", "attest_override", "k8s_run", "manifest_dataset", "manifest_schema",
-         "perf_plan", "perf_result"}  # fmt: skip
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+# The units that are pytest's side of the house: the entry point, its hook specs, the pytest
+# nodes, their run protocol and the session (the composition root). Every other unit is pure of
+# pytest, so it is unit-tested without pytester.
+PYTEST_SIDE = {"plugin", "hookspecs", "items", "protocol", "session"}
 EDGE = "cli"
 # Programs of their own that no harness module imports: the sandbox driver runs inside the
 # sandbox's interpreter (``python3 -I -c SOURCE``) and must name ``SystemExit`` to report it.
@@ -36,13 +30,13 @@ ENTRY_PROGRAMS = {"sandbox.driver"}
 CHILD_SIDE = ("runner.child", "runner.__main__", "runner.journal")
 CHILD_MAY_IMPORT = (
     "pytest_evalgate.runner.child", "pytest_evalgate.runner.wire", "pytest_evalgate.client",
-    "pytest_evalgate.budget", "pytest_evalgate.errors", "pytest_evalgate.store.records",
+    "pytest_evalgate.errors", "pytest_evalgate.store.records",
     # the resume journal (issue 15): its writer, its format, and the store it writes to
     "pytest_evalgate.runner.journal", "pytest_evalgate.store.journal",
     "pytest_evalgate.store.location", "pytest_evalgate.store.backend",
     "pytest_evalgate.runner.execution", "pytest_evalgate.sandbox",
     # the journal line's canonical JSON, which the wire result reuses (encoded once)
-    "pytest_evalgate.canonical",
+    "pytest_evalgate.formats.canonical",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",
@@ -133,37 +127,113 @@ def _program_parts(source: str, module: str, path: Path) -> list[str]:
 
 def test_the_walker_finds_sub_packages() -> None:
     modules = _modules()
-    assert "cli" in modules and "cli.command" in modules and "manifest" in modules
+    assert "cli" in modules and "cli.command" in modules and "manifest.load" in modules
     assert modules["cli"].name == "__init__.py"
-    assert {_stage(name) for name in modules} >= PURE
+    assert {"manifest", "gate", "session", "store"} <= {_stage(name) for name in modules}
 
 
-def test_pure_modules_do_not_import_pytest() -> None:
-    offenders = {m for m in _modules() if _stage(m) in PURE and "pytest" in _imports(m)}
+def _units() -> set[str]:
+    """The package's units: each sub-package, and each module left in the root."""
+    return {_stage(name) for name in _modules() if name != "__init__"}
+
+
+def _unit_imports() -> dict[str, set[str]]:
+    """Unit -> the other units of this package it imports (type-checking imports included)."""
+    units = _units()
+    found: dict[str, set[str]] = {unit: set() for unit in units}
+    for module in _modules():
+        for name in _imports(module):
+            parts = name.split(".")
+            if parts[0] == "pytest_evalgate" and len(parts) > 1 and parts[1] in units:
+                found.setdefault(_stage(module), set()).add(parts[1])
+    return {unit: imported - {unit} for unit, imported in found.items() if unit != "__init__"}
+
+
+def _declared() -> dict[str, set[str]]:
+    """The package table of docs/architecture.md: ``| `unit/` | job | may import |`` rows."""
+    rows: dict[str, set[str]] = {}
+    in_table = False
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| unit | "):
+            in_table = True
+            continue
+        if in_table and not line.startswith("|"):
+            break
+        if in_table and line.startswith("| `"):
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            unit = cells[0].strip("`").rstrip("/")
+            assert unit not in rows, f"docs/architecture.md lists {unit} twice"
+            allowed = cells[-1].replace("`", "")
+            rows[unit] = {w.strip().rstrip("/") for w in allowed.split(",")} - {"-", ""}
+    return rows
+
+
+def test_every_unit_has_one_row_in_the_architecture_table() -> None:
+    assert set(_declared()) == _units()
+
+
+def test_units_import_only_what_their_row_allows() -> None:
+    declared = _declared()
+    over = {
+        unit: sorted(imported - declared.get(unit, set()))
+        for unit, imported in _unit_imports().items()
+        if imported - declared.get(unit, set())
+    }
+    assert over == {}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` (a list of nodes, first == last), or [] when it has none."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, set())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_units_import_one_way_without_a_circle() -> None:
+    assert _cycle(_unit_imports()) == []
+    # the declared order too: a row may not allow what would close a circle
+    assert _cycle(_declared()) == []
+
+
+def test_only_the_pytest_side_imports_pytest() -> None:
+    offenders = {
+        m for m in _modules() if _stage(m) not in PYTEST_SIDE and "pytest" in _imports(m)
+    }
     assert offenders == set()
-
-
-# The composition root: the session and the parts it imports only when they are needed (the
-# gate at the end, the judging stage of a judged suite); they name the plugin's type only.
-SESSION_PARTS = {"session_gate", "session_judging"}
+    # and the table says so: pytest appears only in the pytest side's rows
+    assert {unit for unit, allowed in _declared().items() if "pytest" in allowed} == PYTEST_SIDE
 
 
 def test_only_the_edges_import_the_composition_root_and_the_items() -> None:
     for module in _modules():
         imported = _imports(module)
         assert not _imports_under(imported, "pytest_evalgate.plugin"), module
-        if module not in {"plugin", *SESSION_PARTS}:
+        if module != "plugin" and _stage(module) != "session":
             assert not _imports_under(imported, "pytest_evalgate.session"), module
         # protocol: the light run protocol, a pytest plugin of its own, runs items
-        if module not in {"plugin", "session", "protocol", *SESSION_PARTS}:
+        if module not in {"plugin", "protocol", "items"} and _stage(module) != "session":
             assert not _imports_under(imported, "pytest_evalgate.items"), module
-
-
-def test_the_session_parts_import_the_session_for_its_type_only() -> None:
-    for module in SESSION_PARTS:
-        source = _modules()[module].read_text(encoding="utf-8")
-        assert "if TYPE_CHECKING:  # the plugin imports this module" in source, module
-        assert source.count("from pytest_evalgate.session import") == 1, module
 
 
 def test_core_modules_hold_no_program_parts() -> None:
@@ -200,7 +270,8 @@ def test_relative_and_package_imports_of_the_cli_are_seen() -> None:
     for source in ("from .. import cli", "from ..cli.serve import x", "import pytest_evalgate.cli"):
         assert _program_parts(source, "store", init) == ["imports pytest_evalgate.cli"], source
     assert _program_parts("from . import client", "store", init) == []
-    assert _program_parts("from .client import x", "manifest", PACKAGE / "manifest.py") == []
+    load = PACKAGE / "manifest" / "load.py"
+    assert _program_parts("from .client import x", "manifest.load", load) == []
 
 
 def test_the_entry_point_imports_nothing_heavy() -> None:

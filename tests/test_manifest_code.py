@@ -11,7 +11,7 @@ import yaml
 from suitekit import write_suite
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 
 URL = "simulated://?code=1"
 CODE = {"revision": "t1", "scorer": "code", "language": "python", "extract": "fenced"}

@@ -29,20 +29,24 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate import EvalgateGateInput
+from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.gate import evalgate_evaluate
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.metrics import EVALGATE_PERF_METRICS
-from pytest_evalgate.perf import evalgate_perf_bodies, evalgate_perf_concurrency, evalgate_run_perf
-from pytest_evalgate.perf_plan import evalgate_perf_offsets, evalgate_perf_plan
-from pytest_evalgate.perf_result import (
+from pytest_evalgate.gate.rules import evalgate_evaluate
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
+from pytest_evalgate.perf.phase import (
+    evalgate_perf_bodies,
+    evalgate_perf_concurrency,
+    evalgate_run_perf,
+)
+from pytest_evalgate.perf.plan import evalgate_perf_offsets, evalgate_perf_plan
+from pytest_evalgate.perf.result import (
     EvalgatePerfResult,
     evalgate_merge_perf,
     evalgate_perf_from_dict,
 )
-from pytest_evalgate.policy import EvalgatePolicy, EvalgateRule
+from pytest_evalgate.policy.load import EvalgatePolicy, EvalgateRule
 from pytest_evalgate.simulated import EvalgateSimServer, evalgate_parse_simulated_url
 
 SUPPORT = Path(__file__).resolve().parents[1] / "suites" / "support" / "evalgate.yaml"
@@ -369,5 +373,5 @@ def test_merge_replaces_perf_only_and_empties_it_when_unjudgeable() -> None:
 
 
 def test_perf_module_is_pure_of_pytest() -> None:
-    code = "import sys, pytest_evalgate.perf; sys.exit('pytest' in sys.modules)"
+    code = "import sys, pytest_evalgate.perf.phase; sys.exit('pytest' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

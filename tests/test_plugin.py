@@ -194,7 +194,7 @@ def test_base_url_env_overrides_the_manifest(
 
 
 def test_shard_plan_in_the_manifest_decides_the_shard(pytester: pytest.Pytester) -> None:
-    from pytest_evalgate.shard import evalgate_plan_document
+    from pytest_evalgate.shard.plan import evalgate_plan_document
 
     cases = make_cases(["alpha"], 6)
     plan = {case["id"]: (0 if case["id"] == "alpha-000" else 1) for case in cases}

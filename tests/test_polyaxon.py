@@ -21,14 +21,14 @@ from test_k8s import EXAMPLE, _suite
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render
-from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
-from pytest_evalgate.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
-from pytest_evalgate.polyaxon_check import (
+from pytest_evalgate.k8s.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
+from pytest_evalgate.k8s.polyaxon_check import (
     EVALGATE_POLYAXON_GLOBALS,
     evalgate_check_polyaxonfiles,
     evalgate_template_names,
 )
+from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
 
 with warnings.catch_warnings():
     # polyaxon 2.18 still declares pydantic v1-style configs (deprecation warnings at import)

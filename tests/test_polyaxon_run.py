@@ -22,9 +22,9 @@ import yaml
 from seaweedkit import EvalgateSeaweed
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
+from pytest_evalgate.k8s.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
+from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.store import EvalgateS3Store
 
 with warnings.catch_warnings():

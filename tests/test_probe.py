@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from pytest_evalgate.probe import (
+from pytest_evalgate.capacity.probe import (
     EvalgateKneeRule,
     EvalgateProbeLevel,
     evalgate_find_knee,

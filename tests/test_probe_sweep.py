@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.cli import main
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.probe_load import (
+from pytest_evalgate.capacity.probe_load import (
     EVALGATE_PROBE_DEFAULT_PROMPTS,
     evalgate_default_bodies,
     evalgate_suite_bodies,
 )
+from pytest_evalgate.cli import main
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated import EvalgateSimConfig
 from pytest_evalgate.simulated.process import evalgate_spawn_simulator
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from pytest_evalgate.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.runner.parent import EvalgateProgress
+from pytest_evalgate.session.progress import EvalgateProgressLine, evalgate_progress_wanted
 
 
 class FakeClock:

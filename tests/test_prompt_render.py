@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.manifest_dataset import evalgate_render_template
-from pytest_evalgate.perf import evalgate_perf_bodies
+from pytest_evalgate.manifest.dataset import evalgate_render_template
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.perf.phase import evalgate_perf_bodies
 from tests.suitekit import write_suite
 
 BRACED = 'Answer in JSON like {{"answer": ...}}.\nQ: {input}'

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import pytest_evalgate.store as store
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.store import (
     EVALGATE_OUTCOME_FIELDS,
     EVALGATE_RECORD_FIELDS,

@@ -24,16 +24,16 @@ from admissionkit import (
     signed_unattestable,
 )
 
-from pytest_evalgate.attest import (
+from pytest_evalgate.attest.dsse import (
     evalgate_load_envelope,
     evalgate_payload_sha256,
     evalgate_sign,
     evalgate_statement,
     evalgate_write_envelope,
 )
-from pytest_evalgate.attest_keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_load_public_key
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_load_public_key
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateRegistryError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.registry import (
     EVALGATE_REGISTRY_ENTRY_TYPE,
     EVALGATE_REGISTRY_STATES,

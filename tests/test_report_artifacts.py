@@ -13,7 +13,7 @@ from reportkit import sample_decision
 from seaweedkit import EvalgateSeaweed
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.attest_keys import evalgate_generate_key
+from pytest_evalgate.attest.keys import evalgate_generate_key
 from pytest_evalgate.report import (
     evalgate_keep_decision,
     evalgate_keep_report,

@@ -15,7 +15,7 @@ import pytest
 from reportkit import sample_decision
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.attest_keys import evalgate_generate_key
+from pytest_evalgate.attest.keys import evalgate_generate_key
 from pytest_evalgate.cli import main
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.report import evalgate_replace_folder, evalgate_write_report

@@ -12,7 +12,7 @@ import yaml
 from reportkit import sample_decision
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.attest_keys import evalgate_generate_key
+from pytest_evalgate.attest.keys import evalgate_generate_key
 from pytest_evalgate.cli import main
 from pytest_evalgate.report import evalgate_keep_decision, evalgate_last_decision
 from pytest_evalgate.report.history import evalgate_decisions_prefix

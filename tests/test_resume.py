@@ -36,7 +36,7 @@ from assertkit import (
 )
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     EvalgateSimServer,

@@ -9,8 +9,8 @@ import pytest
 from suitekit import write_suite
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.manifest.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
 
 GOOD = "simulated://?accuracy=1.0&seed=1"
 DIGEST = "ab" * 32

@@ -13,7 +13,7 @@ import suitekit
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.parent import (
     EvalgateSuiteRun,

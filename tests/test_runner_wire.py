@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.client import EvalgateCallError, EvalgateCallResult, EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateWireError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.runner.child import evalgate_outcome
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.shard import (
+from pytest_evalgate.shard.plan import (
     evalgate_balance,
     evalgate_hash_plan,
     evalgate_load_plan,

@@ -28,10 +28,10 @@ import pytest
 from assertkit import evalgate_decision_exit
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.k8s import EVALGATE_STORE_MOUNT, EvalgateRenderOptions, evalgate_render
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.shard import shard_for
+from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.k8s.render import EVALGATE_STORE_MOUNT, EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.shard.plan import shard_for
 from pytest_evalgate.store import EvalgateIdentity, EvalgateLocalStore
 
 # Candidate better than baseline on average, with a weak category, so that rules differ.

@@ -31,8 +31,8 @@ from test_shards import (
     _whole,
 )
 
-from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.manifest import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.store import EvalgateIdentity, EvalgateS3Store
 
 SHARDS = 4

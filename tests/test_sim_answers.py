@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     evalgate_load_answer_key,

@@ -60,7 +60,7 @@ def test_outside_the_package_only_canonical_and_errors(module: str) -> None:
     ours = {n for n in imported(module) if n.startswith("pytest_evalgate.")}
     outside = {n for n in ours if not n.startswith("pytest_evalgate.simulated")}
     assert outside <= {
-        "pytest_evalgate.canonical",
+        "pytest_evalgate.formats.canonical",
         "pytest_evalgate.errors",
         *OUTSIDE.get(module, ()),
     }

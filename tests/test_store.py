@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from suitekit import write_suite
 
-from pytest_evalgate.aggregate import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.canonical import evalgate_canonical_json
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateLocalStore,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.store import (
     EvalgateExpectation,
     EvalgateIdentity,

@@ -20,8 +20,8 @@ from seaweedkit import EvalgateSeaweed, _free_ports
 from suitekit import write_suite
 from test_store import EXPECT, PREFIX, record
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStoreError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.store import (
     EvalgateLocalStore,
     EvalgateS3Store,

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from pytest_evalgate import simulated
-from pytest_evalgate.aggregate import EvalgateGateInput
-from pytest_evalgate.gate import evalgate_evaluate, evalgate_verdict
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.policy import evalgate_load_policy
+from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.gate.rules import evalgate_evaluate, evalgate_verdict
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.policy.load import evalgate_load_policy
 from pytest_evalgate.scoring import evalgate_make_scorer, evalgate_parse_number
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -248,8 +248,8 @@ def test_support_gate_quality_rules_pass_on_the_simulator() -> None:
 
 def test_support_gate_public_private_gap_passes_on_the_simulator() -> None:
     """reasoning is the held-out set; the honest candidate's gap stays under max_gap."""
-    from pytest_evalgate.gate_private import evalgate_gap_rule
-    from pytest_evalgate.policy import evalgate_load_suite_policy
+    from pytest_evalgate.gate.private import evalgate_gap_rule
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy
 
     manifest = evalgate_load_manifest(str(SUITES / "support" / "evalgate.yaml"))
     assert manifest.private == ("reasoning",)

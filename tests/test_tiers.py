@@ -11,9 +11,9 @@ import pytest
 import yaml
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.attest import evalgate_refusal_reason
-from pytest_evalgate.manifest import evalgate_load_manifest
-from pytest_evalgate.tiers import evalgate_tier_draw, evalgate_tier_member
+from pytest_evalgate.attest.dsse import evalgate_refusal_reason
+from pytest_evalgate.manifest.load import evalgate_load_manifest
+from pytest_evalgate.manifest.tiers import evalgate_tier_draw, evalgate_tier_member
 
 TIERS = {"checkpoint": {"fraction": 0.2, "seed": 3, "policy": "gate-checkpoint.yaml"}}
 TIER_POLICY: dict[str, Any] = {
@@ -156,7 +156,7 @@ def test_evalgate_gate_tier_gates_the_tier_like_the_pytest_option(
 def test_a_tier_pass_is_never_a_full_suite_pass(
     pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_evalgate.attest import evalgate_sign, evalgate_statement
+    from pytest_evalgate.attest.dsse import evalgate_sign, evalgate_statement
     from pytest_evalgate.cli import main
     from pytest_evalgate.errors import EvalgateSignatureError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStoreError
-from pytest_evalgate.manifest import evalgate_base_url_env, evalgate_base_url_override
-from pytest_evalgate.shard import EvalgateShardSpec, EvalgateTopology, evalgate_worker_position
-from pytest_evalgate.usage import evalgate_usage_errors
+from pytest_evalgate.manifest.load import evalgate_base_url_env, evalgate_base_url_override
+from pytest_evalgate.session.usage import evalgate_usage_errors
+from pytest_evalgate.shard.plan import EvalgateShardSpec, EvalgateTopology, evalgate_worker_position
 
 
 def test_a_lone_process_is_part_zero_of_one_in_shard_zero_of_one() -> None:

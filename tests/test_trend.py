@@ -17,10 +17,10 @@ import pytest
 from scipy.stats import binomtest
 from suitekit import make_cases, write_suite
 
+from pytest_evalgate.aggregate.trend import evalgate_trend
 from pytest_evalgate.cli import main
-from pytest_evalgate.manifest import evalgate_load_manifest
+from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.store import evalgate_open_store
-from pytest_evalgate.trend import evalgate_trend
 
 CHECKPOINTS = {
     "ckpt-100": "simulated://?accuracy=0.55&seed=1",
@@ -180,7 +180,7 @@ def test_a_confidence_outside_the_open_interval_exits_4(
 
 
 def test_the_cells_follow_the_confidence_asked_for() -> None:
-    from pytest_evalgate.trend import _cell
+    from pytest_evalgate.aggregate.trend import _cell
 
     for k, n, level in ((0, 30, 0.9), (17, 40, 0.99), (40, 40, 0.8)):
         cell = _cell(k, n, level)

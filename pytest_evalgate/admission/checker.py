@@ -39,15 +39,15 @@ from pytest_evalgate.admission.review import (
     evalgate_parse_review,
     evalgate_review_response,
 )
-from pytest_evalgate.attest import evalgate_verify_with_key
-from pytest_evalgate.attest_keys import evalgate_load_public_key
-from pytest_evalgate.attest_override import evalgate_parse_time
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.attest.dsse import evalgate_verify_with_key
+from pytest_evalgate.attest.keys import evalgate_load_public_key
+from pytest_evalgate.attest.override import evalgate_parse_time
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
     EvalgateSignatureError,
 )
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.registry import (
     EvalgateBasis,
     EvalgateRegistryChain,

@@ -8,7 +8,7 @@
 - ``plan``: the bake time that detects an effect at a given traffic (formula and assumptions).
 
 Renderers and the check sit at the edge: they read the policy and never change it. The online
-rules themselves are validated with the policy (``pytest_evalgate.online``).
+rules themselves are validated with the policy (``pytest_evalgate.policy.online``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.online import EVALGATE_ONLINE_METRICS, EVALGATE_RATIO_METRICS
+from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS, EVALGATE_RATIO_METRICS
 
 _P = 0.95  # the quantile the latency rules compare
 EVALGATE_DEFAULT_SD = {

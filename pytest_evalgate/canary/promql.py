@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.online import EvalgateOnlineRule
+from pytest_evalgate.policy.online import EvalgateOnlineRule
 
 EVALGATE_TTFT = "vllm:time_to_first_token_seconds"  # histogram, per request
 EVALGATE_TPOT = "vllm:time_per_output_token_seconds"  # histogram

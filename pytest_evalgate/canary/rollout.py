@@ -26,7 +26,7 @@ from typing import Any
 
 from pytest_evalgate.canary.analysis import EVALGATE_MANAGED_BY
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.online import evalgate_duration
+from pytest_evalgate.policy.online import evalgate_duration
 
 EVALGATE_CANARY_WEIGHTS = (1, 5, 25, 50)
 _POOL_GROUP = "inference.networking.k8s.io"

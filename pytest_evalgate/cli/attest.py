@@ -28,7 +28,7 @@ def _keygen_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _keygen(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.attest_keys import (
+    from pytest_evalgate.attest.keys import (
         evalgate_generate_key,
         evalgate_keyid,
         evalgate_load_public_key,
@@ -69,7 +69,9 @@ def _verify_lines(
     envelope_path: str, key_path: str, override_path: str | None
 ) -> tuple[list[str], str, bool]:
     """(lines saying what was checked, the record's verdict, whether an override verified)."""
-    from pytest_evalgate import attest, attest_keys, attest_override
+    from pytest_evalgate.attest import dsse as attest
+    from pytest_evalgate.attest import keys as attest_keys
+    from pytest_evalgate.attest import override as attest_override
 
     envelope = attest.evalgate_load_envelope(envelope_path)
     statement = attest.evalgate_verify(envelope, key_path)
@@ -87,7 +89,7 @@ def _verify_lines(
 
 
 def _checked_lines(statement: dict[str, Any], keyid: str) -> list[str]:
-    from pytest_evalgate.attest import EVALGATE_PAYLOAD_TYPE, EVALGATE_PREDICATE_TYPE
+    from pytest_evalgate.attest.dsse import EVALGATE_PAYLOAD_TYPE, EVALGATE_PREDICATE_TYPE
 
     subject = statement["subject"][0]
     lines = [
@@ -121,7 +123,8 @@ def _override_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _override(args: argparse.Namespace) -> bool:
-    from pytest_evalgate import attest, attest_override
+    from pytest_evalgate.attest import dsse as attest
+    from pytest_evalgate.attest import override as attest_override
 
     target = args.output or f"{args.decision.removesuffix('.json')}.override.json"
     decision = attest.evalgate_load_envelope(args.decision)

@@ -21,8 +21,8 @@ from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
     from pytest_evalgate.canary import EvalgateRolloutOptions
-    from pytest_evalgate.manifest import EvalgateManifest
-    from pytest_evalgate.policy import EvalgatePolicy
+    from pytest_evalgate.manifest.load import EvalgateManifest
+    from pytest_evalgate.policy.load import EvalgatePolicy
 
 EVALGATE_DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 
@@ -109,7 +109,7 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
-    from pytest_evalgate.online import EVALGATE_ONLINE_METRICS
+    from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS
 
     parser.add_argument("--rate", type=float, required=True, help="total requests per second")
     parser.add_argument("--weight", type=_fraction, required=True, help="canary share: 0.01 or 1%%")
@@ -139,8 +139,8 @@ def _run(args: argparse.Namespace) -> bool | None:
 
 def _load(args: argparse.Namespace) -> tuple[EvalgateManifest, EvalgatePolicy]:
     from pytest_evalgate.canary import evalgate_online_rules_of
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
-    from pytest_evalgate.policy import evalgate_load_suite_policy
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     policy = evalgate_load_suite_policy(manifest, args.policy)
@@ -149,14 +149,14 @@ def _load(args: argparse.Namespace) -> tuple[EvalgateManifest, EvalgatePolicy]:
 
 
 def _slug(manifest: EvalgateManifest) -> str:
-    from pytest_evalgate.k8s import evalgate_suite_slug
+    from pytest_evalgate.k8s.render import evalgate_suite_slug
 
     return evalgate_suite_slug(manifest.suite)
 
 
 def _template(args: argparse.Namespace) -> bool:
     from pytest_evalgate.canary import evalgate_analysis_template, evalgate_selector
-    from pytest_evalgate.k8s import evalgate_to_yaml
+    from pytest_evalgate.k8s.render import evalgate_to_yaml
 
     manifest, policy = _load(args)
     name = args.name or f"{_slug(manifest)}-online"
@@ -169,14 +169,14 @@ def _template(args: argparse.Namespace) -> bool:
 
 
 def _window(text: str | None) -> str | None:
-    from pytest_evalgate.online import evalgate_duration
+    from pytest_evalgate.policy.online import evalgate_duration
 
     return None if text is None else evalgate_duration(text, "--window", "window")
 
 
 def _rollout(args: argparse.Namespace) -> bool:
     from pytest_evalgate.canary import evalgate_rollback_command, evalgate_rollout_objects
-    from pytest_evalgate.k8s import evalgate_to_yaml
+    from pytest_evalgate.k8s.render import evalgate_to_yaml
 
     manifest, policy = _load(args)
     options = _rollout_options(args, manifest, policy)
@@ -207,7 +207,7 @@ def _bakes(given: list[str] | None, policy: EvalgatePolicy) -> tuple[str, ...]:
     """Four bakes: as given (one value repeats), else one full window plus one interval of the
     slowest rule, so every weight gets a measurement over a window of its own traffic."""
     from pytest_evalgate.canary.rollout import EVALGATE_CANARY_WEIGHTS
-    from pytest_evalgate.online import evalgate_duration_seconds
+    from pytest_evalgate.policy.online import evalgate_duration_seconds
 
     count = len(EVALGATE_CANARY_WEIGHTS)
     if given:

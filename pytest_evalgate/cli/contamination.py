@@ -23,9 +23,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _scan(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.contamination import evalgate_scan_paths
+    from pytest_evalgate.aggregate.contamination import evalgate_scan_paths
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     if not manifest.canary:

@@ -39,7 +39,7 @@ def _agreement_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.store import EvalgateLocalStore
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
@@ -47,7 +47,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _agreement(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.rejudge import evalgate_judge_agreement
+    from pytest_evalgate.runner.rejudge import evalgate_judge_agreement
 
     backend, manifest = _load(args)
     agreement, why, progress = evalgate_judge_agreement(
@@ -89,8 +89,8 @@ def _number(value: float | None) -> str:
 
 
 def _rejudge(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair
-    from pytest_evalgate.rejudge import evalgate_rejudge
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.runner.rejudge import evalgate_rejudge
 
     backend, manifest = _load(args)
     policy = evalgate_load_suite_policy(manifest, None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
-    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
+    from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
 
 
 def evalgate_k8s_commands() -> tuple[EvalgateCommand, ...]:
@@ -62,8 +62,8 @@ def evalgate_s3_arguments(command: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> bool:
     import sys
 
-    from pytest_evalgate.k8s import evalgate_to_yaml
-    from pytest_evalgate.k8s_run import evalgate_api, evalgate_run
+    from pytest_evalgate.k8s.render import evalgate_to_yaml
+    from pytest_evalgate.k8s.run import evalgate_api, evalgate_run
 
     objects = _render(args)
     if args.k8s_command == "render":
@@ -74,9 +74,9 @@ def _run(args: argparse.Namespace) -> bool:
 
 
 def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from pytest_evalgate.k8s import EvalgateRenderOptions, evalgate_render
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
-    from pytest_evalgate.shard import evalgate_manifest_plan
+    from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.shard.plan import evalgate_manifest_plan
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     shards = args.shards or manifest.shards
@@ -98,14 +98,14 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _on_store(objects: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    from pytest_evalgate.k8s_store import evalgate_s3_store_objects
+    from pytest_evalgate.k8s.store import evalgate_s3_store_objects
 
     return evalgate_s3_store_objects(objects, evalgate_s3_render_options(args))
 
 
 def evalgate_s3_render_options(args: argparse.Namespace) -> EvalgateS3RenderOptions:
     """The S3 store options of a render command (``evalgateevalgate_s3_arguments``) as one value."""
-    from pytest_evalgate.k8s_store import EvalgateS3RenderOptions
+    from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
 
     return EvalgateS3RenderOptions(
         store=args.store,

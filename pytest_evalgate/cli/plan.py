@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
-    from pytest_evalgate.capacity import (
+    from pytest_evalgate.capacity.plan import (
         EvalgateCapacityInput,
         EvalgateCapacityPlan,
         EvalgateMeasured,
     )
-    from pytest_evalgate.capacity_store import EvalgateAssumptions
-    from pytest_evalgate.manifest import EvalgateManifest
+    from pytest_evalgate.capacity.store import EvalgateAssumptions
+    from pytest_evalgate.manifest.load import EvalgateManifest
 
 _NO_SUITE_NAME = "run"  # the one pseudo-candidate of a plan without a suite
 
@@ -58,7 +58,7 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.capacity import evalgate_capacity_plan, evalgate_replicas_for
+    from pytest_evalgate.capacity.plan import evalgate_capacity_plan, evalgate_replicas_for
 
     measured, inputs = _plan_inputs(args)
     plans = []
@@ -79,15 +79,15 @@ def _plan(args: argparse.Namespace) -> bool:
 def _plan_inputs(
     args: argparse.Namespace,
 ) -> tuple[dict[str, EvalgateMeasured], list[EvalgateCapacityInput]]:
-    from pytest_evalgate.capacity_store import EvalgateAssumptions
+    from pytest_evalgate.capacity.store import EvalgateAssumptions
 
     assume = EvalgateAssumptions(
         args.items, args.assume_output_tokens, args.tokens_per_s, args.gpus_per_replica
     )
     if args.suite is None:
         return {}, [_stated_input(assume)]
-    from pytest_evalgate.capacity_store import evalgate_capacity_input
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.capacity.store import evalgate_capacity_input
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     names = _candidates(manifest, args.candidate)
@@ -97,7 +97,7 @@ def _plan_inputs(
 
 
 def _stated_input(assume: EvalgateAssumptions) -> EvalgateCapacityInput:
-    from pytest_evalgate.capacity import EvalgateCapacityInput
+    from pytest_evalgate.capacity.plan import EvalgateCapacityInput
     from pytest_evalgate.errors import EvalgateConfigError
 
     for option, value in (
@@ -133,7 +133,7 @@ def _measure(
 ) -> dict[str, EvalgateMeasured]:
     if assume.tokens_per_request is not None and assume.tokens_per_s is not None:
         return {}  # everything stated: the store is not read
-    from pytest_evalgate.capacity_store import evalgate_measure_candidate
+    from pytest_evalgate.capacity.store import evalgate_measure_candidate
     from pytest_evalgate.store import evalgate_open_store
 
     if "://" not in store and not os.path.isdir(store):
@@ -164,7 +164,7 @@ def _plan_lines(
 def _candidate_lines(
     plan: EvalgateCapacityPlan, measured: EvalgateMeasured | None, target_hours: float | None
 ) -> list[str]:
-    from pytest_evalgate.capacity import evalgate_still_to_run
+    from pytest_evalgate.capacity.plan import evalgate_still_to_run
 
     given = plan.given
     lines = [
@@ -214,7 +214,7 @@ def _plan_row(plan: EvalgateCapacityPlan, seen: EvalgateMeasured | None) -> dict
 
 
 def _next_run_document(plan: EvalgateCapacityPlan, seen: EvalgateMeasured) -> dict[str, Any]:
-    from pytest_evalgate.capacity import evalgate_still_to_run
+    from pytest_evalgate.capacity.plan import evalgate_still_to_run
 
     requests, tokens, seconds = evalgate_still_to_run(plan, seen.records)
     return {"requests": requests, "output_tokens": tokens, "replica_s": seconds}

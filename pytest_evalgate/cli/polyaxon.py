@@ -47,7 +47,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.polyaxon_check import evalgate_check_polyaxonfiles
+    from pytest_evalgate.k8s.polyaxon_check import evalgate_check_polyaxonfiles
 
     if args.polyaxon_command == "check":
         files, paths = _read(args.paths)
@@ -63,9 +63,9 @@ def _run(args: argparse.Namespace) -> bool:
 
 
 def _render(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
-    from pytest_evalgate.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
-    from pytest_evalgate.shard import evalgate_manifest_plan
+    from pytest_evalgate.k8s.polyaxon import EvalgatePolyaxonOptions, evalgate_polyaxon_render
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.shard.plan import evalgate_manifest_plan
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     shards = manifest.shards if args.shards is None else args.shards
@@ -116,7 +116,7 @@ def _read(paths: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
 def _load(path: str) -> dict[str, Any]:
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.yamlread import EvalgateYamlError, evalgate_load_yaml
+    from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
 
     with open(path, encoding="utf-8") as handle:
         text = handle.read()

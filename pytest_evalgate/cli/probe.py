@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
-    from pytest_evalgate.probe import EvalgateKnee, EvalgateProbeLevel
+    from pytest_evalgate.capacity.probe import EvalgateKnee, EvalgateProbeLevel
 
 
 def evalgate_probe_command() -> EvalgateCommand:
@@ -43,8 +43,8 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _probe(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.probe import evalgate_find_knee
-    from pytest_evalgate.probe_load import evalgate_run_probe
+    from pytest_evalgate.capacity.probe import evalgate_find_knee
+    from pytest_evalgate.capacity.probe_load import evalgate_run_probe
 
     settings, bodies, source = _probe_setup(args)
     print(
@@ -98,8 +98,8 @@ def _knee_lines(knee: EvalgateKnee, levels: list[EvalgateProbeLevel]) -> list[st
 
 
 def _probe_setup(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]], str]:
+    from pytest_evalgate.capacity.probe_load import EvalgateProbeSettings
     from pytest_evalgate.client import EvalgateEndpoint
-    from pytest_evalgate.probe_load import EvalgateProbeSettings
 
     _check_probe_args(args)
     api, bodies, source = _probe_bodies(args)
@@ -112,12 +112,12 @@ def _probe_setup(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]], s
 
 
 def _probe_bodies(args: argparse.Namespace) -> tuple[str, list[dict[str, Any]], str]:
-    from pytest_evalgate.probe_load import evalgate_default_bodies, evalgate_suite_bodies
+    from pytest_evalgate.capacity.probe_load import evalgate_default_bodies, evalgate_suite_bodies
 
     if args.suite is None:
         api = args.api or "chat"
         return api, evalgate_default_bodies(api, args.max_tokens), "the default prompts"
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     if args.api is not None and args.api != manifest.api:
@@ -151,8 +151,8 @@ def _check_probe_args(args: argparse.Namespace) -> None:
 
 
 def _levels(args: argparse.Namespace) -> tuple[int, ...]:
+    from pytest_evalgate.capacity.probe import evalgate_probe_levels
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.probe import evalgate_probe_levels
 
     if args.levels is None:
         return evalgate_probe_levels(args.max_concurrency)

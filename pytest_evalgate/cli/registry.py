@@ -83,7 +83,7 @@ def _promote(args: argparse.Namespace) -> EvalgateRegistryEntry:
 def _attestation(path: str) -> dict[str, Any]:
     import os
 
-    from pytest_evalgate.attest import evalgate_load_envelope
+    from pytest_evalgate.attest.dsse import evalgate_load_envelope
     from pytest_evalgate.errors import EvalgateConfigError
 
     if not os.path.isfile(path):
@@ -100,7 +100,7 @@ def _revoke(args: argparse.Namespace) -> EvalgateRegistryEntry:
 
 
 def _show(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.attest_keys import evalgate_load_public_key
+    from pytest_evalgate.attest.keys import evalgate_load_public_key
     from pytest_evalgate.errors import EvalgateRegistryError
     from pytest_evalgate.registry import evalgate_registry_describe, evalgate_registry_read
 

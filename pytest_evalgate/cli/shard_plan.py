@@ -25,8 +25,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> bool:
     import os
 
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
-    from pytest_evalgate.shard import evalgate_write_plan
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.shard.plan import evalgate_write_plan
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     cases = [(case.case_id, case.cost) for case in manifest.cases]

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
-    from pytest_evalgate.decide import EvalgateOutcome
-    from pytest_evalgate.manifest import EvalgateManifest
+    from pytest_evalgate.decision.decide import EvalgateOutcome
+    from pytest_evalgate.manifest.load import EvalgateManifest
 
 
 def evalgate_suite_commands() -> tuple[EvalgateCommand, ...]:
@@ -31,7 +31,7 @@ def _suite(parser: argparse.ArgumentParser) -> None:
 
 
 def _pin(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.manifest import evalgate_manifest_path, evalgate_pin
+    from pytest_evalgate.manifest.load import evalgate_manifest_path, evalgate_pin
 
     digest = evalgate_pin(evalgate_manifest_path(args.suite))
     print(f"pinned dataset sha256 {digest}")
@@ -73,11 +73,11 @@ def _gate(args: argparse.Namespace) -> bool:
 
 
 def _decide(args: argparse.Namespace) -> EvalgateOutcome:
-    from pytest_evalgate.aggregate import EvalgateSelection
-    from pytest_evalgate.decide import evalgate_decide
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
-    from pytest_evalgate.perf import evalgate_perf_phase
-    from pytest_evalgate.policy import evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.aggregate.combine import EvalgateSelection
+    from pytest_evalgate.decision.decide import evalgate_decide
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.perf.phase import evalgate_perf_phase
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy, evalgate_pair
     from pytest_evalgate.store import evalgate_open_store
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
@@ -95,7 +95,7 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
 def _policy_path(manifest: EvalgateManifest, args: argparse.Namespace) -> str | None:
     """``--policy``, else the tier's own policy (when ``--tier`` names one), else None
     (gate.yaml): the same choice as ``--evalgate-tier`` in a pytest run."""
-    from pytest_evalgate.tiers import evalgate_tier_policy, evalgate_tier_spec
+    from pytest_evalgate.manifest.tiers import evalgate_tier_policy, evalgate_tier_spec
 
     if args.policy is not None or args.tier is None:
         return args.policy  # type: ignore[no-any-return]
@@ -105,7 +105,7 @@ def _policy_path(manifest: EvalgateManifest, args: argparse.Namespace) -> str | 
 
 def _case_ids(manifest: EvalgateManifest, tier: str | None) -> tuple[str, ...]:
     """Every case id of the suite, or those of the tier ``tier`` (an unknown tier: exit 4)."""
-    from pytest_evalgate.tiers import evalgate_tier_member, evalgate_tier_spec
+    from pytest_evalgate.manifest.tiers import evalgate_tier_member, evalgate_tier_spec
 
     if tier is None:
         return tuple(case.case_id for case in manifest.cases)

@@ -37,11 +37,11 @@ def _add(parser: argparse.ArgumentParser) -> None:
 def _trend(args: argparse.Namespace) -> bool:
     import os
 
+    from pytest_evalgate.aggregate.trend import evalgate_trend, evalgate_trend_lines
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.manifest import evalgate_load_manifest, evalgate_manifest_path
+    from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.report.trend import evalgate_trend_png
     from pytest_evalgate.store import evalgate_open_store
-    from pytest_evalgate.trend import evalgate_trend, evalgate_trend_lines
 
     if not 0.5 < args.confidence < 1.0:
         raise EvalgateConfigError("evalgate trend", "--confidence", "must lie in (0.5, 1)")

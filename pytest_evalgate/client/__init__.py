@@ -96,8 +96,8 @@ from pytest_evalgate.errors import (
 )
 
 if TYPE_CHECKING:  # only the types: the limiter is the caller's, the transport loads lazily
-    from pytest_evalgate.budget import EvalgateLimiter
     from pytest_evalgate.client import http1
+    from pytest_evalgate.client.budget import EvalgateLimiter
     from pytest_evalgate.client.http1 import EvalgateHttpPool, EvalgateHttpResponse
 
 __all__ = [

@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.jsonlread import evalgate_json_value
+from pytest_evalgate.formats.jsonlread import evalgate_json_value
 from pytest_evalgate.judge.parse import EvalgateWinner
 from pytest_evalgate.judge.spec import EvalgateJudgedEvaluator, EvalgateJudgeScale
 from pytest_evalgate.stats import EvalgateSeed, evalgate_percentile_interval, evalgate_rng

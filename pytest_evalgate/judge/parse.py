@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.judge.spec import EvalgateJudgeScale
 
 EVALGATE_JUDGE_UNPARSEABLE = "judge_unparseable"

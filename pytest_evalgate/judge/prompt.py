@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge.spec import (
     EVALGATE_JUDGE_PROMPT_FORMAT,
     EvalgateJudge,

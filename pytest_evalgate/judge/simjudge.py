@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge.agreement import EvalgateGoldenPairwise, EvalgateGoldenPointwise
 from pytest_evalgate.judge.parse import EvalgateWinner
 from pytest_evalgate.judge.prompt import EvalgateJudgeRequestParts, evalgate_judge_request_parts

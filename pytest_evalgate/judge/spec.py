@@ -39,9 +39,9 @@ from pydantic import (
     model_validator,
 )
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
+from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
 
 # The built-in judge prompt's format. Bump it whenever ``prompt.py`` changes a word the judge
 # sees: it is part of the judge key, so stored judgments are re-judged, never silently mixed.

@@ -18,7 +18,7 @@ Contracts:
 
 - An entry is an in-toto Statement (predicateType :data:`EVALGATE_REGISTRY_ENTRY_TYPE`,
   subject = the weights digest) signed with the registry key (ECDSA P-256, DSSE, as
-  :mod:`pytest_evalgate.attest`). Its predicate holds ``sequence``, ``digest``, ``state``,
+  :mod:`pytest_evalgate.attest.dsse`). Its predicate holds ``sequence``, ``digest``, ``state``,
   ``previous_state``, ``previous_entry`` (hex sha256 of the previous entry's signed payload),
   ``who``, ``when``, ``why``, ``attestation_sha256`` (the decision's payload sha256, the id
   overrides name), ``override_sha256`` and ``attestations`` (copies of the decision envelope

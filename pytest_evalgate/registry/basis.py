@@ -11,9 +11,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pytest_evalgate.attest import EVALGATE_PREDICATE_TYPE, evalgate_payload_sha256
-from pytest_evalgate.attest_keys import evalgate_load_public_key
-from pytest_evalgate.attest_override import EVALGATE_OVERRIDE_TYPE, evalgate_check_override
+from pytest_evalgate.attest.dsse import EVALGATE_PREDICATE_TYPE, evalgate_payload_sha256
+from pytest_evalgate.attest.keys import evalgate_load_public_key
+from pytest_evalgate.attest.override import EVALGATE_OVERRIDE_TYPE, evalgate_check_override
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
 
 EVALGATE_REGISTRY_GATE_KEY = "gate.pub"

@@ -11,18 +11,18 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from pytest_evalgate.attest import (
+from pytest_evalgate.attest.dsse import (
     EVALGATE_STATEMENT_TYPE,
     evalgate_load_envelope,
     evalgate_payload_sha256,
     evalgate_verify_with_key,
 )
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
     EvalgateSignatureError,
 )
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 
 EVALGATE_REGISTRY_ENTRY_TYPE = "https://pytest-evalgate.dev/registry-entry/v1"
 EVALGATE_REGISTRY_STATES = ("candidate", "gated", "canary", "ga", "deprecated", "revoked")

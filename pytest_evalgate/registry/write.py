@@ -11,20 +11,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_evalgate.attest import (
+from pytest_evalgate.attest.dsse import (
     EVALGATE_PREDICATE_TYPE,
     evalgate_payload_sha256,
     evalgate_sign,
     evalgate_verify_with_key,
 )
-from pytest_evalgate.attest_keys import evalgate_load_private_key
-from pytest_evalgate.attest_override import EVALGATE_OVERRIDE_TYPE, evalgate_format_time
-from pytest_evalgate.canonical import evalgate_canonical_json
+from pytest_evalgate.attest.keys import evalgate_load_private_key
+from pytest_evalgate.attest.override import EVALGATE_OVERRIDE_TYPE, evalgate_format_time
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
     EvalgateSignatureError,
 )
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.registry.basis import (
     EvalgateVerifier,
     evalgate_check_basis,

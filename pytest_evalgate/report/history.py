@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.store import EvalgateStoreBackend
 
 EVALGATE_DECISIONS_FOLDER = "decisions"

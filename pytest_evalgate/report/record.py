@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from pytest_evalgate import __version__
-from pytest_evalgate.aggregate import EvalgateAggregate
-from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
-from pytest_evalgate.gate import EvalgateGateResult
-from pytest_evalgate.manifest import EvalgateCandidate, EvalgateManifest
-from pytest_evalgate.policy import EvalgatePolicy, evalgate_policy_digest
+from pytest_evalgate.aggregate.combine import EvalgateAggregate
+from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.gate.rules import EvalgateGateResult
+from pytest_evalgate.manifest.load import EvalgateCandidate, EvalgateManifest
+from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_policy_digest
 from pytest_evalgate.stats import evalgate_percentile
 
 # Flipped case ids kept in the record (ids only; the terminal shows the first 20).

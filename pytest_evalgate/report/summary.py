@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_evalgate.aggregate_code import evalgate_sandbox_lines
+from pytest_evalgate.aggregate.code import evalgate_sandbox_lines
 
 _FLIPS_SHOWN = 20
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_evalgate.trend import EvalgateTrend
+from pytest_evalgate.aggregate.trend import EvalgateTrend
 
 _LINE = "#0969da"
 _MISSING = "#cf222e"

@@ -28,16 +28,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from pytest_evalgate.budget import EvalgateLimiter
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.client import (
     EvalgateCallResult,
     EvalgateClient,
     EvalgateEndpoint,
     evalgate_load_http,
 )
+from pytest_evalgate.client.budget import EvalgateLimiter
 from pytest_evalgate.client.redact import evalgate_add_secret, evalgate_redact
 from pytest_evalgate.errors import EvalgateWireError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.runner.execution import EvalgateExecutionStage
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
 from pytest_evalgate.runner.wire import (

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from pytest_evalgate.budget import evalgate_share
+from pytest_evalgate.client.budget import evalgate_share
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateSandboxError
 from pytest_evalgate.runner.wire import EvalgateWireResult
 from pytest_evalgate.sandbox import (

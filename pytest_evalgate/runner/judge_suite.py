@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge.agreement import (
     EvalgateGoldenPairwise,
     EvalgateGoldenPointwise,
@@ -25,9 +25,9 @@ from pytest_evalgate.judge.prompt import (
     evalgate_pairwise_messages,
     evalgate_pointwise_messages,
 )
-from pytest_evalgate.manifest import EvalgateManifest
-from pytest_evalgate.manifest_dataset import EvalgateCase
-from pytest_evalgate.manifest_judge import EvalgateJudged
+from pytest_evalgate.manifest.dataset import EvalgateCase
+from pytest_evalgate.manifest.judge import EvalgateJudged
+from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.store import EvalgateStoreBackend
 from pytest_evalgate.store.judgments import (
     EVALGATE_GOLDEN_ORDER,

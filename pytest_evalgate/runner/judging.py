@@ -50,7 +50,7 @@ from pytest_evalgate.judge.prompt import (
     evalgate_pairwise_orders,
     evalgate_pointwise_messages,
 )
-from pytest_evalgate.manifest_dataset import EvalgateCase
+from pytest_evalgate.manifest.dataset import EvalgateCase
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.judge_child import EvalgateJudgeChild
 from pytest_evalgate.runner.judge_suite import (

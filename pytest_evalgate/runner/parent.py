@@ -81,8 +81,8 @@ from pytest_evalgate.store import (
 from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
 if TYPE_CHECKING:  # types only: the suite's manifest is loaded by the session
-    from pytest_evalgate.manifest import EvalgateManifest
-    from pytest_evalgate.manifest_dataset import EvalgateCase
+    from pytest_evalgate.manifest.dataset import EvalgateCase
+    from pytest_evalgate.manifest.load import EvalgateManifest
 
 __all__ = [
     "EvalgateLimits",

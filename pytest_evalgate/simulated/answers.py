@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.simulated.draws import evalgate_sim_salt, evalgate_sim_uniform
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 

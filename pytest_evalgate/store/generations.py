@@ -13,8 +13,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateStoreError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 
 EVALGATE_GENERATION_MARKER = "GENERATION.json"

@@ -32,8 +32,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.errors import EvalgateStorePathError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
 

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, NotRequired, TypedDict, Unpack, cast
 
-from pytest_evalgate.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 
 EVALGATE_RECORD_FIELDS = frozenset(
     {

@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from pytest_evalgate.canonical import evalgate_canonical_json
 from pytest_evalgate.errors import EvalgateStoreError
+from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 
 _PUBLISH_TRIES = 16

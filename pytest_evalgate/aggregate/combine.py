@@ -1,0 +1,426 @@
+"""Aggregation: accept a result set only when it is whole, then combine by denominators.
+
+Expected identities are the selected cases x selected candidates x repetitions. Each must be in
+the store exactly once: identical duplicates collapse (counted), while conflicting duplicates,
+foreign digests or revisions, and malformed or checksum-failing rows make the set **invalid**
+(listed by file and identity). Missing or errored identities make it **incomplete** (counted,
+errors by category). A selection smaller than the suite makes the verdict **partial**.
+
+Rates combine by denominators (9/10 and 10/20 give 19/30), per candidate and per category.
+The paired gate input holds, per case with complete results for both sides, the mean score over
+repetitions; everything the gate computes starts from it.
+
+Why one module of ~420 lines: both paths to the same aggregate live here (the column path, with
+its arithmetic in ``aggregate_table``, and the record path that judged and code suites need), so
+that the golden test can hold them to one result; the gate input type is their common output.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pytest_evalgate.aggregate.code import evalgate_case_scores, evalgate_sandbox_summary
+from pytest_evalgate.aggregate.contamination import evalgate_canary_identities
+from pytest_evalgate.aggregate.judged import evalgate_judge_overlay
+from pytest_evalgate.aggregate.suitecheck import evalgate_expectation
+from pytest_evalgate.aggregate.table import (
+    EvalgateTableCounts,
+    evalgate_table_counts,
+    evalgate_table_error_rates,
+    evalgate_table_paired,
+    evalgate_table_perf,
+    evalgate_table_rows,
+)
+from pytest_evalgate.manifest.load import EvalgateManifest
+from pytest_evalgate.store import (
+    EvalgateIdentity,
+    EvalgateRecord,
+    EvalgateStoreBackend,
+    EvalgateStoreProblem,
+    EvalgateStoreView,
+    evalgate_candidate_prefix,
+    evalgate_read_candidate,
+)
+from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
+from pytest_evalgate.store.verified import EVALGATE_TABLE_PERF, EvalgateVerifiedSegments
+
+
+@dataclass(frozen=True)
+class EvalgateSelection:
+    """What was selected of a suite: candidates and case ids."""
+
+    candidates: tuple[str, ...]
+    case_ids: tuple[str, ...]
+
+    def evalgate_is_full(self, manifest: EvalgateManifest) -> bool:
+        """Whether this selection is the whole suite."""
+        return set(self.candidates) == set(manifest.candidates) and len(set(self.case_ids)) == len(
+            manifest.cases
+        )
+
+
+@dataclass(frozen=True)
+class EvalgateGateInput:
+    """Paired per-case data for the gate (see docs/architecture.md)."""
+
+    case_ids: tuple[str, ...]
+    categories: npt.NDArray[np.str_]
+    clusters: npt.NDArray[np.str_]
+    candidate_scores: npt.NDArray[np.float64]
+    baseline_scores: npt.NDArray[np.float64]
+    candidate_fail_counts: npt.NDArray[np.int64]
+    candidate_trials: npt.NDArray[np.int64]
+    repetitions: tuple[int, int] = (1, 1)
+    perf: Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(
+        default_factory=dict
+    )
+    error_rates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    judge: Any = None  # judged suites: judged.EvalgateJudgeFacts (the judge rules' input)
+
+
+@dataclass(frozen=True)
+class EvalgateRate:
+    """A rate with its denominator: passed of scored."""
+
+    passed: int
+    scored: int
+
+    @property
+    def rate(self) -> float | None:
+        """passed / scored, or None with nothing scored."""
+        return self.passed / self.scored if self.scored else None
+
+    def evalgate_add(self, other: EvalgateRate) -> EvalgateRate:
+        """Combine by denominators."""
+        return EvalgateRate(self.passed + other.passed, self.scored + other.scored)
+
+
+@dataclass
+class EvalgateAggregate:
+    """The verified content of a store for one selection, and its status."""
+
+    status: str
+    partial: bool
+    expected: int
+    completed: int
+    missing: int
+    errors: Counter[str]
+    duplicates: int
+    problems: list[EvalgateStoreProblem]
+    rates: dict[str, dict[str, EvalgateRate]]
+    flipped: list[dict[str, Any]] = field(default_factory=list)
+    canary_hits: int = 0
+    canary_identities: list[dict[str, Any]] = field(default_factory=list)
+    gate_input: EvalgateGateInput | None = None
+    sandbox: dict[str, Any] | None = None  # scorer: code (aggregate_code.py)
+
+
+def evalgate_column_path(manifest: EvalgateManifest) -> bool:
+    """Whether aggregation streams ``manifest``'s store into columns: suites without a judge
+    and without ``scorer: code`` (the judge overlay and the sandbox facts need whole records).
+    The tests run the aggregation tests over both paths by replacing this function."""
+    return manifest.judged is None and manifest.sandbox is None
+
+
+def evalgate_aggregate(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    pair: tuple[str, str] | None,
+    verified: EvalgateVerifiedSegments | None = None,
+) -> EvalgateAggregate:
+    """Read, verify and combine what the store holds for ``selection``.
+
+    ``pair`` is (candidate name, baseline name) for the paired gate input, or None. Suites
+    without a judge and without ``scorer: code`` stream the store into compact columns
+    (``aggregate_table``); the others read records whole (the judge overlay and the sandbox
+    facts need them). Both give the same aggregate. ``verified``: the segments this process
+    committed and verified as it did (``store.table``); the column path replays them when
+    their bytes are unchanged.
+    """
+    if evalgate_column_path(manifest):
+        return _aggregate_columns(backend, manifest, selection, pair, verified)
+    views = {name: _read(backend, manifest, name) for name in selection.candidates}
+    views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only
+    expected = _expected(manifest, selection)
+    results, errors, missing = _classify(expected, views)
+    problems = [problem for view in views.values() for problem in view.problems]
+    aggregate = EvalgateAggregate(
+        status=_status(problems, errors, missing),
+        partial=not selection.evalgate_is_full(manifest),
+        expected=len(expected),
+        completed=len(results),
+        missing=missing,
+        errors=errors,
+        duplicates=sum(view.duplicates for view in views.values()),
+        problems=problems,
+        rates=_rates(results.values()),
+        canary_hits=_canary_hits(manifest.canary, results.values()),
+        canary_identities=evalgate_canary_identities(manifest.canary, results.values()),
+    )
+    pass_at_k = manifest.evaluator.get("pass_at_k")
+    if manifest.sandbox is not None:
+        aggregate.sandbox = evalgate_sandbox_summary(results.values(), errors, pass_at_k)
+    if pair is not None and all(name in selection.candidates for name in pair):
+        aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
+        aggregate.flipped = _flipped(aggregate.gate_input)
+    return aggregate
+
+
+def _aggregate_columns(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    pair: tuple[str, str] | None,
+    verified: EvalgateVerifiedSegments | None,
+) -> EvalgateAggregate:
+    rows = evalgate_table_rows([case.case_id for case in manifest.cases], selection.case_ids)
+    tables = {
+        name: _table(backend, manifest, name, rows, verified)
+        for name in dict.fromkeys(selection.candidates)
+    }
+    counts = evalgate_table_counts(
+        tables, selection.candidates, selection.case_ids, manifest.dataset_revision
+    )
+    problems = [problem for table in tables.values() for problem in table.problems]
+    aggregate = EvalgateAggregate(
+        status=_status(problems, counts.errors, counts.missing),
+        partial=not selection.evalgate_is_full(manifest),
+        expected=counts.expected,
+        completed=counts.completed,
+        missing=counts.missing,
+        errors=counts.errors,
+        duplicates=sum(table.duplicates for table in tables.values()),
+        problems=problems,
+        rates=_column_rates(counts),
+        canary_hits=len(counts.canary_identities),
+        canary_identities=counts.canary_identities,
+    )
+    if pair is not None and all(name in selection.candidates for name in pair):
+        paired = evalgate_table_paired(tables, selection.case_ids, pair)
+        aggregate.gate_input = _paired_input(
+            manifest,
+            paired.case_ids,
+            (paired.candidate_scores, paired.baseline_scores, paired.candidate_passed),
+            evalgate_table_perf(tables, selection.case_ids, pair),
+            evalgate_table_error_rates(tables, selection.candidates, selection.case_ids, pair),
+        )
+        aggregate.flipped = _flipped(aggregate.gate_input)
+    return aggregate
+
+
+def _table(
+    backend: EvalgateStoreBackend,
+    manifest: EvalgateManifest,
+    name: str,
+    rows: dict[str, int],
+    verified: EvalgateVerifiedSegments | None,
+) -> EvalgateCandidateTable:
+    key = manifest.candidates[name].key
+    prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+    table = EvalgateCandidateTable(rows, manifest.repetitions, manifest.canary)
+    return evalgate_read_table(
+        backend, prefix, evalgate_expectation(manifest, name), table, verified
+    )
+
+
+def _column_rates(counts: EvalgateTableCounts) -> dict[str, dict[str, EvalgateRate]]:
+    return {
+        name: {slice_name: EvalgateRate(p, n) for slice_name, (p, n) in slices.items()}
+        for name, slices in sorted(counts.rates.items())
+    }
+
+
+def _read(
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str
+) -> EvalgateStoreView:
+    key = manifest.candidates[name].key
+    prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
+    return evalgate_read_candidate(backend, prefix, evalgate_expectation(manifest, name))
+
+
+def _expected(manifest: EvalgateManifest, selection: EvalgateSelection) -> list[EvalgateIdentity]:
+    revision = manifest.dataset_revision
+    return [
+        EvalgateIdentity(revision, case_id, name, repetition)
+        for name in selection.candidates
+        for case_id in selection.case_ids
+        for repetition in range(manifest.repetitions)
+    ]
+
+
+def _classify(
+    expected: Sequence[EvalgateIdentity], views: Mapping[str, EvalgateStoreView]
+) -> tuple[dict[EvalgateIdentity, EvalgateRecord], Counter[str], int]:
+    results: dict[EvalgateIdentity, EvalgateRecord] = {}
+    errors: Counter[str] = Counter()
+    missing = 0
+    for key in expected:
+        view = views[key[2]]
+        if key in view.results:
+            results[key] = view.results[key]
+        elif key in view.errors:
+            error = view.errors[key]["error"]
+            assert error is not None  # the view keeps only records with an error there
+            errors[error["category"]] += 1
+        else:
+            missing += 1
+    return results, errors, missing
+
+
+def _status(problems: Sequence[EvalgateStoreProblem], errors: Counter[str], missing: int) -> str:
+    if problems:
+        return "invalid"
+    if missing or sum(errors.values()):
+        return "incomplete"
+    return "complete"
+
+
+def _rates(records: Iterable[EvalgateRecord]) -> dict[str, dict[str, EvalgateRate]]:
+    counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for record in records:
+        name = record["identity"]["candidate"]
+        for slice_name in ("all", record["category"]):
+            cell = counts[name][slice_name]
+            cell[0] += bool(record["passed"])
+            cell[1] += 1
+    return {
+        name: {slice_name: EvalgateRate(p, n) for slice_name, (p, n) in sorted(slices.items())}
+        for name, slices in sorted(counts.items())
+    }
+
+
+def _canary_hits(canary: str | None, records: Iterable[EvalgateRecord]) -> int:
+    if not canary:
+        return 0
+    return sum(1 for record in records if canary in (record["output"] or ""))
+
+
+def _gate_input(
+    manifest: EvalgateManifest,
+    selection: EvalgateSelection,
+    results: Mapping[EvalgateIdentity, EvalgateRecord],
+    pair: tuple[str, str],
+    expected: Sequence[EvalgateIdentity],
+    errors: Counter[str],
+) -> EvalgateGateInput:
+    candidate, baseline = pair
+    reps = range(manifest.repetitions)
+    revision = manifest.dataset_revision
+    paired = [
+        case_id
+        for case_id in sorted(selection.case_ids)
+        if all(
+            EvalgateIdentity(revision, case_id, name, r) in results for name in pair for r in reps
+        )
+    ]
+
+    def scores(name: str) -> list[list[float | None]]:
+        return [
+            [results[EvalgateIdentity(revision, c, name, r)]["score"] for r in reps] for c in paired
+        ]
+
+    cand, base = np.array(scores(candidate), dtype=float), np.array(scores(baseline), dtype=float)
+    cand_passed = np.array(
+        [
+            [bool(results[EvalgateIdentity(revision, c, candidate, r)]["passed"]) for r in reps]
+            for c in paired
+        ],
+        dtype=bool,  # an empty list would otherwise give float64, which ``~`` refuses
+    )
+    shape = (len(paired), manifest.repetitions)
+    cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
+    perf = _perf(results.values(), pair)
+    return _paired_input(
+        manifest, tuple(paired), (cand, base, cand_passed), perf,
+        _error_rates(expected, results, pair),
+    )  # fmt: skip
+
+
+def _paired_input(
+    manifest: EvalgateManifest,
+    paired: tuple[str, ...],
+    columns: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]],
+    perf: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+    error_rates: dict[str, tuple[int, int]],
+) -> EvalgateGateInput:
+    """The gate input of the paired cases from their (cases, repetitions) columns: scores of
+    both sides and the candidate's passed flags."""
+    cand, base, cand_passed = columns
+    index = manifest.evalgate_case_index()
+    k = manifest.evaluator.get("pass_at_k")
+    return EvalgateGateInput(
+        case_ids=paired,
+        categories=np.array([index[c].category for c in paired], dtype=str),
+        clusters=np.array([index[c].cluster for c in paired], dtype=str),
+        # pass@k per case with evaluator.pass_at_k (scorer: code), else the mean.
+        candidate_scores=evalgate_case_scores(cand, k) if paired else np.zeros(0),
+        baseline_scores=evalgate_case_scores(base, k) if paired else np.zeros(0),
+        # Floors count a case as failed when any repetition failed, one trial per case: at
+        # temperature 0 repetitions are copies, and counting them as independent trials would
+        # shrink the exact bound; and for safety slices one success of an attack is a failure.
+        candidate_fail_counts=np.asarray((~cand_passed).any(axis=1), dtype=np.int64),
+        candidate_trials=np.ones(len(paired), dtype=np.int64),
+        repetitions=(manifest.repetitions, manifest.repetitions),
+        perf=perf,
+        error_rates=error_rates,
+    )
+
+
+def _perf(
+    records: Iterable[EvalgateRecord], pair: tuple[str, str]
+) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
+    samples: dict[str, dict[str, list[float]]] = {
+        m: {n: [] for n in pair} for m in EVALGATE_TABLE_PERF
+    }
+    for record in records:
+        name = record["identity"]["candidate"]
+        if name not in pair:
+            continue
+        for metric, (group, key) in EVALGATE_TABLE_PERF.items():
+            value = _member(record, group, key)
+            if isinstance(value, int | float):
+                samples[metric][name].append(float(value))
+    return {
+        metric: (np.array(by[pair[0]], dtype=float), np.array(by[pair[1]], dtype=float))
+        for metric, by in samples.items()
+    }
+
+
+def _member(record: Mapping[str, Any], group: str, key: str) -> object:
+    # Tolerant: a hand-made store may leave a timing out; it is then no sample, not an error.
+    return (record.get(group) or {}).get(key)
+
+
+def _error_rates(
+    expected: Sequence[EvalgateIdentity],
+    results: Mapping[EvalgateIdentity, EvalgateRecord],
+    pair: tuple[str, str],
+) -> dict[str, tuple[int, int]]:
+    rates: dict[str, tuple[int, int]] = {}
+    for role, name in zip(("candidate", "baseline"), pair, strict=True):
+        mine = [key for key in expected if key[2] == name]
+        rates[role] = (sum(1 for key in mine if key not in results), len(mine))
+    return rates
+
+
+def _flipped(data: EvalgateGateInput) -> list[dict[str, Any]]:
+    # One comparison over the arrays (a per-case loop of numpy scalars took ~10 ms at 10,000
+    # cases, on the tail after the last answer); a NaN counts as below 0.5 either way.
+    before = np.asarray(data.baseline_scores, dtype=np.float64)
+    after = np.asarray(data.candidate_scores, dtype=np.float64)
+    return [
+        {
+            "case_id": data.case_ids[i],
+            "category": str(data.categories[i]),
+            "baseline": float(before[i]),
+            "candidate": float(after[i]),
+        }
+        for i in np.flatnonzero((before >= 0.5) != (after >= 0.5)).tolist()
+    ]

@@ -1,0 +1,99 @@
+"""Resolve a candidate's base URL into an endpoint this process calls.
+
+A list of base URLs is a list of replicas: replica ``k`` (the shard index of a pod, or the xdist
+worker index) uses entry ``k mod len``. ``simulated://?knobs`` URLs start the built-in simulated
+model as a subprocess on 127.0.0.1 (its own core), with an answer key written from the suite's
+dataset; the pool stops every simulator it started. API keys come from the environment variable
+the manifest names; keys never enter files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pytest_evalgate.client import EvalgateEndpoint
+from pytest_evalgate.endpoints.simulators import EvalgateSimulatorPool, evalgate_env_key
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest.load import (
+    EvalgateCandidate,
+    EvalgateManifest,
+    evalgate_base_url_env,
+    evalgate_base_url_override,
+)
+from pytest_evalgate.manifest.url import evalgate_check_base_url
+from pytest_evalgate.simulated import evalgate_parse_simulated_url, evalgate_write_answer_key
+
+EVALGATE_SIMULATED_SCHEME = "simulated://"
+
+
+def evalgate_check_endpoints(manifest: EvalgateManifest, names: Iterable[str]) -> None:
+    """Refuse, before any request, what would stop candidates ``names`` at their first
+    request: a base URL (the manifest's or its ``PYTEST_EVALGATE_BASE_URL_*`` override) that is
+    no usable URL, simulator knobs that do not parse, an ``api_key_env`` naming an unset
+    variable. Each is an ``EvalgateConfigError`` naming the file (or variable) and the key."""
+    for name in names:
+        candidate = manifest.candidates[name]
+        for url in _urls(candidate):
+            if url.startswith(EVALGATE_SIMULATED_SCHEME):
+                _check_knobs(manifest, name, url)
+        _api_key(manifest, candidate)
+
+
+def _check_knobs(manifest: EvalgateManifest, name: str, url: str) -> None:
+    try:
+        evalgate_parse_simulated_url(url)
+    except EvalgateConfigError as exc:
+        raise EvalgateConfigError(manifest.path, f"candidates.{name}.base_url", str(exc)) from None
+
+
+def _urls(candidate: EvalgateCandidate) -> tuple[str, ...]:
+    override = evalgate_base_url_override(candidate.name)
+    if override is None:
+        return candidate.base_urls
+    env = evalgate_base_url_env(candidate.name)
+    evalgate_check_base_url(env, f"candidates.{candidate.name}.base_url", override)
+    return (override,)
+
+
+class EvalgateEndpointPool:
+    """Builds endpoints for candidates and owns the simulators it spawned."""
+
+    def __init__(self, request_log: str | None = None) -> None:
+        self._pool = EvalgateSimulatorPool(request_log, "evalgate-sim-")
+
+    def evalgate_endpoint(
+        self, manifest: EvalgateManifest, candidate: EvalgateCandidate, replica: int
+    ) -> EvalgateEndpoint:
+        """The endpoint of ``candidate`` for replica index ``replica``."""
+        url = (
+            evalgate_base_url_override(candidate.name)
+            or candidate.base_urls[replica % len(candidate.base_urls)]
+        )
+        if url.startswith(EVALGATE_SIMULATED_SCHEME):
+            url = self._simulated(manifest, url)
+        return EvalgateEndpoint(
+            base_url=url.rstrip("/"),
+            model=candidate.model,
+            api=manifest.api,
+            api_key=_api_key(manifest, candidate),
+            timeout_s=float(manifest.budget["timeout_s"]),
+            max_attempts=int(manifest.budget["max_attempts"]),
+            stream=manifest.stream,
+        )
+
+    def evalgate_close(self) -> None:
+        """Stop every simulator this pool started."""
+        self._pool.evalgate_close()
+
+    def _simulated(self, manifest: EvalgateManifest, url: str) -> str:
+        def answer_key(path: str) -> None:
+            rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
+            evalgate_write_answer_key(path, rows)
+
+        config = evalgate_parse_simulated_url(url)
+        return self._pool.evalgate_base_url((manifest.path, url), config, "answers", answer_key)
+
+
+def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:
+    key = f"candidates.{candidate.name}.api_key_env"
+    return evalgate_env_key(manifest.path, key, candidate.api_key_env)

@@ -1,0 +1,172 @@
+"""A suite's dataset rows into cases: the row keys, each case's fields, its rendered prompt.
+
+Every row is a JSON object with ``id``, ``category``, ``target`` and exactly one of ``input``
+(rendered through ``prompt.template``, with ``prompt.system`` before it for ``api: chat``) or
+``messages`` (chat only); ``cluster``, ``cost`` and ``metadata`` are optional. A row that is not
+such an object, a duplicate case id, or an empty dataset is refused with an
+``EvalgateConfigError`` naming the file, the line (and case id) and the key, before any
+request. ``evalgate_render_template`` is the one prompt renderer, for eval items and the load
+phase alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.jsonlread import evalgate_jsonl_rows
+from pytest_evalgate.manifest.schema import EvalgateManifestSchema
+
+
+def evalgate_render_template(template: str, text: str) -> str:
+    """The one prompt renderer: ``template`` with ``{input}`` replaced by ``text``.
+
+    ``str.format`` rules, for eval items and the load phase alike: ``{{`` and ``}}`` are literal
+    braces. Raises ``KeyError``/``IndexError``/``ValueError`` for a template that does not render
+    (the manifest loader refuses such a template with its file and key).
+    """
+    return template.format(input=text)
+
+
+@dataclass(frozen=True)
+class EvalgateCase:
+    """One dataset row. ``prompt`` is the rendered chat messages list or completion text."""
+
+    case_id: str
+    category: str
+    cluster: str
+    target: str
+    cost: float
+    prompt: tuple[Mapping[str, str], ...] | str
+    line: int
+
+    def evalgate_prompt_json(self) -> list[dict[str, str]] | str:
+        """The prompt as builtins, ready for a request body."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        return [dict(message) for message in self.prompt]
+
+
+def evalgate_read_cases(
+    path: str, dataset_path: str, model: EvalgateManifestSchema
+) -> Iterator[EvalgateCase]:
+    """The dataset's cases in file order; refuses unreadable or invalid rows, duplicate ids and an
+    empty dataset (``EvalgateConfigError`` naming the dataset file and the line)."""
+    seen: dict[str, int] = {}
+    for number, row in evalgate_jsonl_rows(path, "dataset.path", dataset_path):
+        case = _parse_row(dataset_path, number, row, model)
+        if case.case_id in seen:
+            where = f"line {number}: id {case.case_id!r}"
+            raise EvalgateConfigError(
+                dataset_path, where, f"duplicate case id (first on line {seen[case.case_id]})"
+            )
+        seen[case.case_id] = number
+        yield case
+    if not seen:
+        raise EvalgateConfigError(dataset_path, "-", "the dataset has no cases")
+
+
+_ROW_KEYS = {"id", "input", "messages", "target", "category", "cluster", "cost", "metadata"}
+
+
+def _parse_row(
+    dataset_path: str, number: int, row: Any, model: EvalgateManifestSchema
+) -> EvalgateCase:
+    where = f"line {number}"
+    if not isinstance(row, dict):
+        raise EvalgateConfigError(dataset_path, where, "a row must be a JSON object")
+    unknown = sorted(set(row) - _ROW_KEYS)
+    if unknown:
+        raise EvalgateConfigError(dataset_path, f"{where}: {unknown[0]}", "unknown key")
+    case_id = _row_str(dataset_path, where, row, "id")
+    where = f"{where}: id {case_id!r}"
+    return EvalgateCase(
+        case_id=case_id,
+        category=_row_str(dataset_path, where, row, "category"),
+        cluster=_row_cluster(dataset_path, where, row, case_id),
+        target=_row_target(dataset_path, where, row),
+        cost=_row_cost(dataset_path, where, row),
+        prompt=_render_prompt(dataset_path, where, row, model),
+        line=number,
+    )
+
+
+def _row_str(source: str, where: str, row: Mapping[str, Any], key: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise EvalgateConfigError(source, f"{where}: {key}", "missing or not a non-empty string")
+    return value
+
+
+def _row_cluster(source: str, where: str, row: Mapping[str, Any], case_id: str) -> str:
+    if row.get("cluster") is None:
+        return case_id
+    return _row_str(source, where, row, "cluster")
+
+
+def _row_target(source: str, where: str, row: Mapping[str, Any]) -> str:
+    value = row.get("target")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise EvalgateConfigError(source, f"{where}: target", "missing or not a string or number")
+    return str(value)
+
+
+def _row_cost(source: str, where: str, row: Mapping[str, Any]) -> float:
+    value = row.get("cost", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise EvalgateConfigError(source, f"{where}: cost", "must be a positive number")
+    return float(value)
+
+
+def _render_prompt(
+    source: str, where: str, row: Mapping[str, Any], model: EvalgateManifestSchema
+) -> tuple[Mapping[str, str], ...] | str:
+    has_input, has_messages = "input" in row, "messages" in row
+    if has_input == has_messages:
+        raise EvalgateConfigError(source, where, "a row needs exactly one of input or messages")
+    if has_messages:
+        return _render_messages(source, where, row["messages"], model)
+    text = _render_template(source, where, _row_str(source, where, row, "input"), model)
+    if model.api == "completions":
+        return text
+    system = (
+        () if model.prompt.system is None else ({"role": "system", "content": model.prompt.system},)
+    )
+    return (*system, {"role": "user", "content": text})
+
+
+def _render_template(source: str, where: str, text: str, model: EvalgateManifestSchema) -> str:
+    try:
+        return evalgate_render_template(model.prompt.template, text)
+    except (KeyError, IndexError, ValueError) as exc:
+        raise EvalgateConfigError(
+            source, f"{where}: prompt.template", f"cannot render: {exc}"
+        ) from None
+
+
+def _render_messages(
+    source: str, where: str, messages: Any, model: EvalgateManifestSchema
+) -> tuple[Mapping[str, str], ...]:
+    if model.api == "completions":
+        raise EvalgateConfigError(source, f"{where}: messages", "api: completions needs input rows")
+    ok = isinstance(messages, list) and messages and all(_is_message(m) for m in messages)
+    if not ok:
+        reason = "must be a non-empty list of {role, content} string objects"
+        raise EvalgateConfigError(source, f"{where}: messages", reason)
+    has_system = messages[0]["role"] == "system"
+    system = (
+        ()
+        if has_system or model.prompt.system is None
+        else ({"role": "system", "content": model.prompt.system},)
+    )
+    return (*system, *({"role": m["role"], "content": m["content"]} for m in messages))
+
+
+def _is_message(message: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and set(message) == {"role", "content"}
+        and all(isinstance(value, str) for value in message.values())
+    )

@@ -1,0 +1,110 @@
+"""The manifest's schema: the pydantic models an ``evalgate.yaml`` is validated against.
+
+Each block is a strict model (``strictmodel``: unknown keys, wrong types and non-finite numbers
+are refused) with its defaults and ranges. Only shapes live here: what needs more than one key
+or a file (safe names, base URLs, the dataset pin, the judge, ``scorer: code``, weights pins) is
+checked by the loader (``manifest``), which also names the file and key of every refusal.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
+from pytest_evalgate.judge.spec import EvalgateJudgeConfig
+from pytest_evalgate.manifest.code import EvalgateSandboxBlock
+
+
+class _Strict(BaseModel):
+    model_config = EVALGATE_STRICT_MODEL
+
+
+class _Dataset(_Strict):
+    path: str
+    revision: str
+    sha256: str | None = None
+
+
+class _Prompt(_Strict):
+    revision: str
+    system: str | None = None
+    template: str = "{input}"
+
+
+class _Evaluator(_Strict):
+    revision: str
+    scorer: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    language: str | None = None  # scorer: code only (manifest_code.py), like the two below
+    extract: str | None = None
+    pass_at_k: int | None = None
+    # scorer: judge only (validated by manifest_judge); absent keys stay out of every dump
+    mode: Any = None
+    rubric: Any = None
+    scale: Any = None
+
+
+class _Generation(_Strict):
+    temperature: float = 0.0
+    max_tokens: int = Field(default=256, ge=1)
+    seed: int | None = None
+    top_p: float | None = None
+    stop: list[str] | None = None
+
+
+class EvalgateCandidateSchema(_Strict):
+    """One ``candidates.<name>`` block: the model id, its endpoint(s), key env var and pins."""
+
+    model: str
+    base_url: str | list[str]
+    api_key_env: str | None = None
+    pins: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("base_url")
+    @classmethod
+    def _non_empty(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, list) and not value:
+            raise ValueError("needs at least one URL")
+        return value
+
+
+class _Perf(_Strict):
+    prompts: str
+    rate: float = Field(gt=0)
+    duration_s: float = Field(gt=0)
+    profile: Literal["constant", "poisson"] = "constant"
+    warmup_s: float = Field(default=0.0, ge=0)
+    seed: int = 0
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class _Tier(_Strict):
+    fraction: float = Field(gt=0, le=1)
+    seed: int = Field(default=0, ge=0)
+    policy: str | None = None
+
+
+class EvalgateManifestSchema(_Strict):
+    """A whole ``evalgate.yaml``, as validated (defaults filled in) before the loader's checks."""
+
+    evalgate: Literal[1]
+    suite: str  # a safe name (evalgate_check_name): it is the store's first path component
+    dataset: _Dataset
+    prompt: _Prompt
+    evaluator: _Evaluator
+    repetitions: int = Field(default=1, ge=1)
+    shards: int = 1
+    shard_plan: str | None = None
+    api: Literal["chat", "completions"] = "chat"
+    stream: bool = True
+    generation: _Generation = Field(default_factory=_Generation)
+    candidates: dict[str, EvalgateCandidateSchema]
+    budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)
+    judge: EvalgateJudgeConfig | None = None
+    perf: _Perf | None = None
+    canary: str | None = None
+    tiers: dict[str, _Tier] = Field(default_factory=dict)
+    private: list[str] = Field(default_factory=list)  # held-out categories (manifest_private)
+    sandbox: EvalgateSandboxBlock | None = None

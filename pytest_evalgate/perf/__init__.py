@@ -1,0 +1,6 @@
+"""perf: the open-loop load phase (`phase`), its plan (`plan`) and results (`result`), the one list
+of perf metrics (`metrics`).
+
+Imports (docs/architecture.md, checked by tests/test_layering.py): aggregate, client, errors,
+formats, manifest, stats, store.
+"""

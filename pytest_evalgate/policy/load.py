@@ -1,0 +1,437 @@
+"""The gate policy as data: ``gate.yaml``'s schema, its frozen values, and its checks against
+a suite (SPEC sections 6-7 and 12). No numbers are computed here (``gate`` and its rule modules
+evaluate), so loading a policy at collection, before any request, imports neither numpy nor
+scipy.
+
+``evalgate_load_policy`` validates the file and returns an ``EvalgatePolicy`` (every refusal
+names the file, the key as ``rules[3].margin``, and the reason); ``evalgate_load_suite_policy``
+adds the checks against the suite's manifest (candidates, slices, private categories).
+
+Why one module of ~430 lines: most of it is the schema, one pydantic model per rule kind, which
+the loader's error messages (``_describe``) and the frozen values (``EvalgateRule``) must agree
+with; splitting the models from the loader would put those two halves of one contract apart.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from pytest_evalgate.errors import EvalgatePolicyError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
+from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
+from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
+from pytest_evalgate.manifest.load import EvalgateManifest
+from pytest_evalgate.perf.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.policy.online import EvalgateOnlineRule, evalgate_online_rules
+
+EVALGATE_POLICY_NAME = "gate.yaml"
+EVALGATE_GAP_RULE = "public_private_gap"
+EVALGATE_SINGLE_RULES = frozenset({"min_rate", "max_rate", "floor"})
+_Strict = EVALGATE_STRICT_MODEL  # the one schema configuration (finite numbers included)
+_Unit = EvalgateUnit
+_Names = Annotated[list[str], pydantic.Field(min_length=1)]
+
+EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
+EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
+_THRESHOLD_KEYS = {
+    "non_inferior": "margin",
+    "must_improve": "target",
+    "no_regression": None,
+    "floor": "max_rate",
+    "perf_ratio": "max_ratio",
+    "max_delta": "max_delta",
+    "pairwise": "margin",
+    "judge_agreement": "min_kappa",
+    "min_rate": "min",
+    "max_rate": "max",
+    "public_private_gap": "max_gap",
+}
+
+
+# --------------------------------------------------------------------------- policy values
+
+
+@dataclass(frozen=True)
+class EvalgateRule:
+    """One rule as written in ``gate.yaml`` (before ``"*"`` expands); ``index`` is its position."""
+
+    rule: str
+    index: int
+    slice: str | None = None
+    metric: str | None = None
+    threshold: float | None = None
+    public: tuple[str, ...] = ()  # public_private_gap only (gate_private.py)
+    private: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule in its ``gate.yaml`` form (builtins only)."""
+        out: dict[str, Any] = {"rule": self.rule}
+        if self.rule == EVALGATE_GAP_RULE:
+            out.update(public=list(self.public), private=list(self.private))
+        else:
+            out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
+        key = _THRESHOLD_KEYS[self.rule]
+        if key is not None:
+            out[key] = self.threshold
+        return out
+
+
+@dataclass(frozen=True)
+class EvalgatePolicy:
+    """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
+
+    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
+    """
+
+    version: str
+    rules: tuple[EvalgateRule, ...]
+    confidence: float = 0.95
+    correction: str = "holm"
+    resamples: int = 10_000
+    seed: int = 0
+    candidate: str = "candidate"
+    baseline: str | None = "baseline"  # None: a single-model policy (gate_single.py)
+    source: str = "gate.yaml"
+    online: tuple[EvalgateOnlineRule, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
+        only when there are online rules (so policies without them keep their digest)."""
+        out = {
+            "version": self.version,
+            "confidence": self.confidence,
+            "correction": self.correction,
+            "bootstrap": {"resamples": self.resamples, "seed": self.seed},
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "rules": [rule.to_dict() for rule in self.rules],
+        }
+        if self.online:
+            out["online"] = [rule.to_dict() for rule in self.online]
+        return out
+
+
+def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
+    """Hex sha256 of the canonical JSON of ``policy.to_dict()``; comments and layout don't count."""
+    return evalgate_sha256_hex(policy.to_dict())
+
+
+# --------------------------------------------------------------------------- policy schema
+
+
+class EvalgateMinRateSpec(pydantic.BaseModel):
+    """``{slice: S, rule: min_rate, min: r}`` as written in ``gate.yaml``."""
+
+    model_config = _Strict
+    rule: Literal["min_rate"]
+    slice: str
+    min: _Unit
+
+
+class EvalgateMaxRateSpec(pydantic.BaseModel):
+    """``{metric: error_rate, rule: max_rate, max: r}`` as written in ``gate.yaml``."""
+
+    model_config = _Strict
+    rule: Literal["max_rate"]
+    metric: Literal["error_rate"]
+    max: _Unit
+
+
+class EvalgateGapSpec(pydantic.BaseModel):
+    """``{rule: public_private_gap, public: [..], private: [..], max_gap: g}`` in ``gate.yaml``."""
+
+    model_config = _Strict
+    rule: Literal["public_private_gap"]
+    public: _Names
+    private: _Names
+    max_gap: EvalgateUnit
+
+
+class _NonInferior(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["non_inferior"]
+    slice: str
+    margin: _Unit
+
+
+class _MustImprove(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["must_improve"]
+    slice: str
+    target: Annotated[float, pydantic.Field(ge=-1.0, le=1.0)]
+
+
+class _NoRegression(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["no_regression"]
+    slice: str
+
+
+class _Floor(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["floor"]
+    slice: str
+    max_rate: _Unit
+
+
+class _PerfRatio(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["perf_ratio"]
+    metric: Literal[EVALGATE_PERF_RULE_METRICS]  # type: ignore[valid-type]
+    max_ratio: Annotated[float, pydantic.Field(gt=0.0)]
+
+
+class _MaxDelta(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["max_delta"]
+    metric: Literal["error_rate"]
+    max_delta: _Unit
+
+
+class _Pairwise(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["pairwise"]
+    slice: str
+    margin: _Unit
+
+
+class _JudgeAgreement(pydantic.BaseModel):
+    model_config = _Strict
+    rule: Literal["judge_agreement"]
+    metric: Literal["kappa"] = "kappa"
+    min_kappa: Annotated[float, pydantic.Field(ge=-1.0, le=1.0)]
+
+
+_AnyRule = Annotated[
+    _NonInferior
+    | _MustImprove
+    | _NoRegression
+    | _Floor
+    | _PerfRatio
+    | _MaxDelta
+    | _Pairwise
+    | _JudgeAgreement
+    | EvalgateMinRateSpec
+    | EvalgateMaxRateSpec
+    | EvalgateGapSpec,
+    pydantic.Field(discriminator="rule"),
+]
+
+
+class _Bootstrap(pydantic.BaseModel):
+    model_config = _Strict
+    resamples: Annotated[int, pydantic.Field(ge=100, le=1_000_000)] = 10_000
+    seed: Annotated[int, pydantic.Field(ge=0)] = 0
+
+
+class _Policy(pydantic.BaseModel):
+    model_config = _Strict
+    version: str
+    confidence: Annotated[float, pydantic.Field(gt=0.5, lt=1.0)] = 0.95
+    correction: Literal["none", "bonferroni", "holm", "bh"] = "holm"
+    bootstrap: _Bootstrap = _Bootstrap()
+    candidate: str = "candidate"
+    baseline: str | None = "baseline"
+    rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
+    online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
+
+
+def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
+    """Read and validate ``gate.yaml``; raise ``EvalgatePolicyError(file, key, reason)`` if wrong.
+
+    Unknown keys, rules or metrics, wrong types (no string-to-number coercion), out-of-range
+    values, a missing ``version`` or an empty ``rules`` list are refused. Slices are checked
+    against the suite's categories later, by ``evalgate_evaluate``. ``online:`` rules (SPEC
+    section 15) are checked by ``online.evalgate_online_rules``, with keys like ``online[1].max``.
+    """
+    source = str(path)
+    try:
+        raw = evalgate_load_yaml(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise EvalgatePolicyError(source, "<file>", f"cannot read: {error}") from None
+    except EvalgateYamlError as error:
+        raise EvalgatePolicyError(source, "<yaml>", error.reason) from None
+    if not isinstance(raw, dict):
+        raise EvalgatePolicyError(source, "<root>", "the policy must be a mapping")
+    try:
+        model = _Policy.model_validate(raw)
+    except pydantic.ValidationError as error:
+        key, reason = _describe(error.errors()[0])
+        raise EvalgatePolicyError(source, key, reason) from None
+    policy = _to_policy(model, source)
+    evalgate_check_single(source, policy.baseline, policy.rules)
+    evalgate_check_gap_lists(source, policy.rules)
+    return policy
+
+
+def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+    """Turn pydantic's first error into ``("rules[3].margin", reason)``."""
+    parts: list[str] = []
+    previous: Any = None
+    for part in error["loc"]:
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif not (isinstance(previous, int) and part in _THRESHOLD_KEYS):
+            parts.append(f".{part}")  # the discriminator's tag (after an index) is not a key
+        previous = part
+    key = "".join(parts).lstrip(".") or "<root>"
+    kind = error["type"]
+    if kind == "union_tag_invalid":
+        expected = ", ".join(_THRESHOLD_KEYS)
+        return f"{key}.rule", f"unknown rule {error['input'].get('rule')!r}; expected {expected}"
+    if kind == "union_tag_not_found":
+        return f"{key}.rule", "missing required key"
+    if kind == "extra_forbidden":
+        return key, "unknown key"
+    if kind == "missing":
+        return key, "missing required key"
+    return key, f"{error['msg']} (got {error['input']!r})"
+
+
+def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
+    rules = tuple(_to_rule(index, item) for index, item in enumerate(model.rules))
+    return EvalgatePolicy(
+        version=model.version,
+        rules=rules,
+        confidence=model.confidence,
+        correction=model.correction,
+        resamples=model.bootstrap.resamples,
+        seed=model.bootstrap.seed,
+        candidate=model.candidate,
+        baseline=model.baseline,
+        source=source,
+        online=evalgate_online_rules(model.online, source),
+    )
+
+
+def _to_rule(index: int, item: pydantic.BaseModel) -> EvalgateRule:
+    values = item.model_dump()
+    key = _THRESHOLD_KEYS[values["rule"]]
+    threshold = None if key is None else float(values[key])
+    groups = {key: tuple(values.get(key, ())) for key in ("public", "private")}
+    return EvalgateRule(
+        values["rule"], index, values.get("slice"), values.get("metric"), threshold, **groups
+    )
+
+
+# ------------------------------------------------------------ single-model and gap rules
+
+
+def evalgate_check_single(source: str, baseline: str | None, rules: Iterable[Any]) -> None:
+    """Refuse, naming the rule, a rule that needs a baseline in a policy with ``baseline: null``.
+
+    ``rules`` are ``policy.EvalgateRule`` values (``rule`` and ``index`` are read). Raises
+    ``EvalgatePolicyError(source, "rules[i].rule", reason)`` for the first such rule.
+    """
+    if baseline is not None:
+        return
+    for rule in rules:
+        if rule.rule not in EVALGATE_SINGLE_RULES:
+            allowed = ", ".join(sorted(EVALGATE_SINGLE_RULES))
+            reason = (
+                f"rule {rule.rule!r} compares the candidate with a baseline, and the policy has "
+                f"baseline: null; a single-model policy may use {allowed}"
+            )
+            raise EvalgatePolicyError(source, f"rules[{rule.index}].rule", reason)
+
+
+def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:
+    """Refuse, naming ``rules[i].public[j]`` or ``rules[i].private[j]``, a category given twice
+    in one list or in both lists of a ``public_private_gap`` rule (``policy.EvalgateRule``
+    values)."""
+    for rule in rules:
+        if rule.rule != EVALGATE_GAP_RULE:
+            continue
+        for key, names in (("public", rule.public), ("private", rule.private)):
+            for position, name in enumerate(names):
+                where = f"rules[{rule.index}].{key}[{position}]"
+                if name in names[:position]:
+                    raise EvalgatePolicyError(source, where, f"{name!r} is listed twice")
+                if key == "private" and name in rule.public:
+                    reason = f"{name!r} is both public and private"
+                    raise EvalgatePolicyError(source, where, reason)
+
+
+def evalgate_check_gap_rules(
+    source: str,
+    rules: Iterable[Any],
+    categories: Collection[str],
+    private: Collection[str],
+    manifest: str,
+) -> None:
+    """Check every ``public_private_gap`` rule of a policy against its suite.
+
+    ``rules`` are ``policy.EvalgateRule`` values (``rule``, ``index``, ``public``, ``private``);
+    ``categories`` the suite's, ``private`` the manifest's held-out ones. Raises
+    ``EvalgatePolicyError(source, "rules[i].public[j]", reason)`` for the first wrong entry.
+    """
+    for rule in rules:
+        if rule.rule != EVALGATE_GAP_RULE:
+            continue
+        for key, names in (("public", rule.public), ("private", rule.private)):
+            for position, name in enumerate(names):
+                reason = _entry_problem(key, name, categories, private, manifest)
+                if reason:
+                    raise EvalgatePolicyError(
+                        source, f"rules[{rule.index}].{key}[{position}]", reason
+                    )
+
+
+def _entry_problem(
+    key: str, name: str, categories: Collection[str], private: Collection[str], manifest: str
+) -> str | None:
+    if name not in categories:
+        return f"no category {name!r} in the suite; categories: {', '.join(sorted(categories))}"
+    declared = ", ".join(sorted(private)) or "none"
+    if key == "private" and name not in private:
+        return f"{name!r} is not declared private in {manifest} (private: {declared})"
+    if key == "public" and name in private:
+        return f"{name!r} is declared private in {manifest}: a held-out set is not a public slice"
+    return None
+
+
+# --------------------------------------------------------------------------- against a suite
+
+
+def evalgate_policy_path(manifest: EvalgateManifest, override: str | None) -> str:
+    """``override`` if given, else the suite's gate.yaml."""
+    return override or os.path.join(manifest.suite_dir, EVALGATE_POLICY_NAME)
+
+
+def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None) -> EvalgatePolicy:
+    """Load the policy for ``manifest`` (its gate.yaml unless ``override``) and check it against
+    the suite: compared candidates exist, slices name the suite's categories."""
+    policy = evalgate_load_policy(evalgate_policy_path(manifest, override))
+    evalgate_pair(manifest, policy)
+    evalgate_check_slices(manifest, policy)
+    return policy
+
+
+def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
+    """(candidate, baseline) names the policy compares, checked against the manifest.
+
+    A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
+    are refused at load, and ``evalgate_decide`` blanks the mirrored baseline side."""
+    baseline = policy.candidate if policy.baseline is None else policy.baseline
+    for role, name in (("candidate", policy.candidate), ("baseline", baseline)):
+        if name not in manifest.candidates:
+            known = ", ".join(manifest.candidates)
+            reason = f"{role} {name!r} is not a candidate of {manifest.path} ({known})"
+            raise EvalgatePolicyError(policy.source, role, reason)
+    return (policy.candidate, baseline)
+
+
+def evalgate_check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
+    """A slice must name a category of the suite (not only of what the store holds so far)."""
+    known = sorted({case.category for case in manifest.cases})
+    for rule in policy.rules:
+        if rule.slice not in (None, "*", "all") and rule.slice not in known:
+            reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(known)}"
+            raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].slice", reason)
+    evalgate_check_gap_rules(policy.source, policy.rules, known, manifest.private, manifest.path)
