@@ -3,7 +3,7 @@
 Run from the repo root (not part of CI: it is slow by design, and the machine is shared):
 
     python bench/mutation.py pytest_evalgate/stats.py                 # default tests, 100 mutants
-    python bench/mutation.py gate --max-mutants 150 --seed 1 --timeout 60
+    python bench/mutation.py gate.rules --max-mutants 150 --seed 1 --timeout 60
     python bench/mutation.py pytest_evalgate/store/reader.py --tests tests/test_store.py
     python bench/mutation.py stats --all --survivors                  # every mutant, list survivors
 
@@ -172,11 +172,20 @@ def _module_name(path: Path) -> str:
 
 
 def _resolve(target: str) -> Path:
-    candidates = [Path(target), ROOT / target, ROOT / "pytest_evalgate" / f"{target}.py"]
-    candidates.append(ROOT / "pytest_evalgate" / target.replace(".", "/"))
-    for candidate in candidates:
+    """The file of ``target``: a path (``pytest_evalgate/gate/rules.py``) or a module's name in
+    the package, dotted or slashed (``stats``, ``gate.rules``, ``store/reader``,
+    ``pytest_evalgate.gate.rules``). A package is refused with its modules named: its
+    ``__init__`` only re-exports, so there is nothing of its own to mutate."""
+    package = ROOT / "pytest_evalgate"
+    inside = target.removeprefix("pytest_evalgate.").removesuffix(".py").replace(".", "/")
+    for candidate in (Path(target), ROOT / target, package / f"{inside}.py"):
         if candidate.is_file():
             return candidate.resolve()
+    if (package / inside / "__init__.py").is_file():
+        dotted = inside.replace("/", ".")
+        names = sorted(p.stem for p in (package / inside).glob("*.py") if p.stem != "__init__")
+        choices = ", ".join(f"{dotted}.{name}" for name in names)
+        raise SystemExit(f"mutation: {target!r} is a package; name one of its modules: {choices}")
     raise SystemExit(f"mutation: no module {target!r}")
 
 
@@ -190,7 +199,10 @@ def _equivalents(relative: str) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("module", help="a path (pytest_evalgate/stats.py) or a short name (stats)")
+    parser.add_argument(
+        "module",
+        help="a path (pytest_evalgate/gate/rules.py) or a module's name (stats, gate.rules)",
+    )
     parser.add_argument("--tests", nargs="+", help="test files to run (default: the module's)")
     parser.add_argument("-k", "--keyword", help="pytest -k expression (default: the module's)")
     parser.add_argument("--max-mutants", type=int, default=100)

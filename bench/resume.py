@@ -29,11 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate.manifest.load import evalgate_load_manifest
-from pytest_evalgate.simulated import (
-    EvalgateSimConfig,
-    EvalgateSimServer,
-    evalgate_write_answer_key,
-)
+from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_write_answer_key
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import EvalgateLocalStore
 
 

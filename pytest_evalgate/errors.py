@@ -14,9 +14,13 @@
     ├── EvalgateSignatureError         a signed decision record or override does not verify
     ├── EvalgateRegistryError          a registry transition is refused or its chain does not verify
     ├── EvalgateAdmissionError         an AdmissionReview request is malformed
+    ├── EvalgateYamlError              a document is not acceptable YAML (never leaves the
+    │                                  manifest and policy readers: it becomes a config error)
     ├── EvalgateWireError              a runner pipe carried a line that is no wire message
     ├── EvalgateK8sError               the Kubernetes API is unreachable, forbidden or failed
     ├── EvalgatePrometheusError        the Prometheus HTTP API is unreachable or refused a query
+    ├── EvalgateSimHttpError           a request the simulated model server refuses (never leaves
+    │                                  its connection: answered with its status, then closed)
     ├── EvalgateAnswerError            a 200 that is no answer (never leaves the client: it
     │                                  becomes the call's error category)
     └── EvalgateHttpError              a connection failed, or its bytes are no HTTP/1.1 response
@@ -103,6 +107,18 @@ class EvalgateAdmissionError(EvalgateError):
     """An AdmissionReview request cannot be read (not JSON, no ``request.uid``)."""
 
 
+class EvalgateYamlError(EvalgateError):
+    """A document is not acceptable YAML; ``reason`` says why (with its line when known).
+
+    Internal to the readers (``formats.yamlread``): the manifest and policy loaders turn it into
+    their configuration error naming the file. Not an ``EvalgateConfigError`` itself: it knows
+    no file or key, and a caller that lets it through keeps its exit status (1, not 4)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 class EvalgateWireError(EvalgateError):
     """A line on the runner's pipes is not a message of ``runner.wire`` (a bug, never a user's)."""
 
@@ -140,3 +156,12 @@ class EvalgateHttpError(EvalgateError):
 class EvalgateHttpTruncated(EvalgateHttpError):
     """A response body ended before its end: the connection closed short of its
     ``Content-Length`` or before the last chunk of a chunked body (the client's ``truncated``)."""
+
+
+class EvalgateSimHttpError(EvalgateError):
+    """A request the simulated model server cannot parse (``simulated.protocol``); answered with
+    ``status``, then the connection closes. Raised and caught inside the server's connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status

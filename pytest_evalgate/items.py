@@ -34,7 +34,9 @@ from pytest_evalgate.store import EvalgateIdentity
 class EvalgateLoadedSuite(Protocol):
     """What items need of a loaded suite."""
 
-    manifest: EvalgateManifest
+    @property
+    def manifest(self) -> EvalgateManifest:
+        """The suite's manifest."""
 
 
 class EvalgateSession(Protocol):
@@ -244,7 +246,7 @@ def evalgate_testcase_properties(config: pytest.Config) -> bool:
     return str(config.getini("junit_family")) in ("xunit1", "legacy")
 
 
-def evalgate_junit_value(value: Any) -> str | None:
+def evalgate_junit_value(value: object) -> str | None:
     """A property value as JUnit text: booleans ``true``/``false``, floats in full (repr),
     None as None (the property is left out, never written as ``"None"``)."""
     if value is None:
@@ -254,7 +256,7 @@ def evalgate_junit_value(value: Any) -> str | None:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def evalgate_junit_properties(pairs: list[tuple[str, Any]]) -> list[tuple[str, str]]:
+def evalgate_junit_properties(pairs: list[tuple[str, object]]) -> list[tuple[str, str]]:
     """``pairs`` as JUnit properties, those whose value is None left out."""
     out = []
     for name, value in pairs:
@@ -268,7 +270,7 @@ def evalgate_suite_properties(decision: Mapping[str, Any]) -> list[tuple[str, st
     """The decision as suite-level properties: ``evalgate.<suite>.verdict`` and friends, and
     ``evalgate.<suite>/<rule>.<number>`` for every rule (valid under every junit family)."""
     suite = decision["suite"]
-    pairs: list[tuple[str, Any]] = [
+    pairs: list[tuple[str, object]] = [
         (f"evalgate.{suite}.verdict", decision["verdict"]),
         (f"evalgate.{suite}.definition_digest", decision["definition_digest"]),
         (f"evalgate.{suite}.policy", decision["policy"]["version"]),
@@ -292,7 +294,7 @@ def evalgate_junit_decision(config: pytest.Config, decision: Mapping[str, Any]) 
 
 
 def evalgate_rule_reports(
-    rule: dict[str, Any], decision: dict[str, Any], testcase_properties: bool = True
+    rule: Mapping[str, Any], decision: Mapping[str, Any], testcase_properties: bool = True
 ) -> list[pytest.TestReport]:
     """setup/call/teardown reports of one gate rule: a JUnit testcase, classname evalgate.gate;
     its numbers are testcase properties when ``testcase_properties`` (xunit1/legacy)."""

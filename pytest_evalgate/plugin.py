@@ -2,7 +2,7 @@
 
 This module is imported by every pytest run where pytest-evalgate is installed, so it imports
 nothing heavy. With ``--evalgate``, ``pytest_configure`` registers the ``EvalgatePlugin`` of
-``session.py``, which holds the per-session state and the hooks that compose the stages.
+``session/core.py``, which holds the per-session state and the hooks that compose the stages.
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # The runner child starts here, as soon as the options say this process will request:
     # its interpreter and imports (~0.27 s) overlap conftests, configuration and collection.
-    # A run that needs no request stops it again (session._stop); a process that ends before
-    # (a usage error) closes its stdin, and the child then exits without a request.
+    # A run that needs no request stops it again (session/running.py, at the item loop's end);
+    # a process that ends before (a usage error) closes its stdin, and the child then exits
+    # without a request.
     if evalgate_prespawn_wanted(early_config.known_args_namespace):
         from pytest_evalgate.runner.spawn import evalgate_prespawn_child
 

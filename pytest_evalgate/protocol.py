@@ -29,11 +29,14 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
 from pytest_evalgate.items import EvalgateItem
+
+if TYPE_CHECKING:  # the type of ``item.ihook``; pluggy comes with pytest
+    from pluggy import HookRelay
 
 _PHASE_HOOKS = ("pytest_runtest_setup", "pytest_runtest_call", "pytest_runtest_teardown")
 _SETUP_OPTIONS = ("setupshow", "setuponly", "setupplan")
@@ -107,7 +110,7 @@ def evalgate_run_light(item: EvalgateItem, nextitem: pytest.Item | None) -> None
 
 
 def _phase(
-    ihook: Any,
+    ihook: HookRelay,
     item: EvalgateItem,
     when: Literal["setup", "call", "teardown"],
     run: Callable[[], None],

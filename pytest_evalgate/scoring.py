@@ -110,7 +110,7 @@ def evalgate_passed(score: float, threshold: float = 1.0) -> bool:
     return score >= threshold
 
 
-def evalgate_threshold(options: Mapping[str, Any], source: str = "evalgate.yaml") -> float:
+def evalgate_threshold(options: Mapping[str, object], source: str = "evalgate.yaml") -> float:
     """The ``threshold`` option (default 1.0), checked to be a number in [0, 1]."""
     value = options.get("threshold", 1.0)
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
@@ -120,7 +120,7 @@ def evalgate_threshold(options: Mapping[str, Any], source: str = "evalgate.yaml"
 
 def evalgate_make_scorer(
     name: str,
-    options: Mapping[str, Any],
+    options: Mapping[str, object],
     extra: Mapping[str, EvalgateScorer],
     source: str = "evalgate.yaml",
 ) -> EvalgateScorer:
@@ -165,7 +165,7 @@ def _check_extra(extra: Mapping[str, EvalgateScorer], source: str) -> None:
         raise EvalgateConfigError(source, _KEY, reason)
 
 
-def _check_options(name: str, options: Mapping[str, Any], source: str) -> None:
+def _check_options(name: str, options: Mapping[str, object], source: str) -> None:
     allowed = _COMMON_OPTIONS | _OPTIONS.get(name, frozenset())
     unknown = sorted(set(options) - allowed)
     if unknown:
@@ -178,21 +178,21 @@ def _check_options(name: str, options: Mapping[str, Any], source: str) -> None:
 # -- exact, normalized, contains ---------------------------------------------------------------
 
 
-def _make_exact(options: Mapping[str, Any], source: str) -> EvalgateScorer:
+def _make_exact(options: Mapping[str, object], source: str) -> EvalgateScorer:
     def exact(output: str, target: str) -> float:
         return float(output.strip() == target.strip())
 
     return exact
 
 
-def _make_normalized(options: Mapping[str, Any], source: str) -> EvalgateScorer:
+def _make_normalized(options: Mapping[str, object], source: str) -> EvalgateScorer:
     def normalized(output: str, target: str) -> float:
         return float(evalgate_normalize(output) == evalgate_normalize(target))
 
     return normalized
 
 
-def _make_contains(options: Mapping[str, Any], source: str) -> EvalgateScorer:
+def _make_contains(options: Mapping[str, object], source: str) -> EvalgateScorer:
     def contains(output: str, target: str) -> float:
         return float(_contains(evalgate_normalize(output), evalgate_normalize(target), source))
 
@@ -213,7 +213,7 @@ def _contains(haystack: str, needle: str, source: str) -> bool:
 # -- regex -------------------------------------------------------------------------------------
 
 
-def _make_regex(options: Mapping[str, Any], source: str) -> EvalgateScorer:
+def _make_regex(options: Mapping[str, object], source: str) -> EvalgateScorer:
     search = options.get("search", False)
     if not isinstance(search, bool):
         raise EvalgateConfigError(
@@ -245,7 +245,7 @@ def _compile_cached(pattern: str) -> re.Pattern[str]:
 # -- numeric -----------------------------------------------------------------------------------
 
 
-def _make_numeric(options: Mapping[str, Any], source: str) -> EvalgateScorer:
+def _make_numeric(options: Mapping[str, object], source: str) -> EvalgateScorer:
     absolute = _tolerance(options, "tolerance", source)
     relative = _tolerance(options, "rel_tolerance", source)
 
@@ -260,7 +260,7 @@ def _make_numeric(options: Mapping[str, Any], source: str) -> EvalgateScorer:
     return numeric
 
 
-def _tolerance(options: Mapping[str, Any], key: str, source: str) -> Decimal:
+def _tolerance(options: Mapping[str, object], key: str, source: str) -> Decimal:
     value = options.get(key, 0)
     try:
         # str() first: Decimal(0.01) would carry the binary float's 0.01000000000000000020816...
@@ -303,7 +303,7 @@ def _import_scorer(name: str, source: str) -> EvalgateScorer:
     return scorer
 
 
-def _checked(name: str, function: Callable[[str, str], Any], source: str) -> EvalgateScorer:
+def _checked(name: str, function: Callable[[str, str], object], source: str) -> EvalgateScorer:
     """Wrap a user scorer so that a result outside the contract fails loudly, never silently."""
 
     def scorer(output: str, target: str) -> float:

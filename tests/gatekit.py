@@ -54,11 +54,11 @@ def policy(*rules: gate_policy.EvalgateRule, **kwargs: object) -> gate_policy.Ev
 def on_slice(
     kind: str, name: str, threshold: float | None = None, index: int = 0
 ) -> gate_policy.EvalgateRule:
-    return gate_policy.EvalgateRule(kind, index, slice=name, threshold=threshold)
+    return gate_policy.EvalgateRule(kind, index, slice=name, limit=threshold)
 
 
 def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> gate_policy.EvalgateRule:
-    return gate_policy.EvalgateRule(kind, index, metric=name, threshold=threshold)
+    return gate_policy.EvalgateRule(kind, index, metric=name, limit=threshold)
 
 
 def by_name(result: gate.EvalgateGateResult) -> dict[str, gate.EvalgateRuleResult]:

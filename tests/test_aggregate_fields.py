@@ -181,7 +181,7 @@ def test_a_perf_rule_on_the_aggregated_input_sees_the_candidate_slower(
     # The named survivor: with the candidate's samples swapped for the baseline's, every ratio is 1.
     data = aggregate.gate_input
     assert data is not None
-    rule = gate_policy.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", threshold=1.2)
+    rule = gate_policy.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", limit=1.2)
     (only,) = gate.evalgate_evaluate(
         gate_policy.EvalgatePolicy("t", (rule,), resamples=200), data
     ).rules

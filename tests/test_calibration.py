@@ -71,7 +71,7 @@ def gate_input(diffs: np.ndarray, labels: np.ndarray, categories: np.ndarray) ->
 
 def test_non_inferior_false_pass_rate_is_at_most_alpha_at_the_margin() -> None:
     margin = 0.05
-    rules = (gate_policy.EvalgateRule("non_inferior", 0, slice="all", threshold=margin),)
+    rules = (gate_policy.EvalgateRule("non_inferior", 0, slice="all", limit=margin),)
     rng = np.random.default_rng(99)
     runs, passes = 800, 0
     for run in range(runs):

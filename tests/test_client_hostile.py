@@ -23,7 +23,8 @@ from pytest_evalgate.client.checks import (
     evalgate_usage_flag,
 )
 from pytest_evalgate.client.redact import EVALGATE_REDACTED, evalgate_add_secret, evalgate_redact
-from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 
 CHAT = {"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 16}
 KEY = "sk-hostile-test-0123456789abcdef"

@@ -18,10 +18,8 @@ import pytest
 import suitekit
 import yaml
 
-from pytest_evalgate.simulated import (
-    EvalgateSimConfig,
-    EvalgateSimServer,
-)
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 
 CANDIDATES = ("candidate", "baseline")
 GATE = """version: exec-gate-v1

@@ -51,8 +51,8 @@ def test_single_model_rules_with_a_zero_threshold_and_without_errors_counted() -
         baseline=None,
     )
     errors, floor = gate.evalgate_evaluate(rules, data).rules
-    assert not errors.passed and errors.threshold == 0.0  # one error in 100 is above 0
-    assert floor.passed and floor.threshold == 0.0  # any pass rate is at least 0
+    assert not errors.passed and errors.limit == 0.0  # one error in 100 is above 0
+    assert floor.passed and floor.limit == 0.0  # any pass rate is at least 0
     empty = make(WORSE_BETTER)
     (unknown,) = gate.evalgate_evaluate(
         policy(on_metric("max_rate", "error_rate", 0.5), baseline=None), empty
@@ -99,17 +99,18 @@ def test_pairwise_reads_its_slice_and_names_the_judge() -> None:
     alpha, beta = gate.evalgate_evaluate(
         policy(on_slice("pairwise", "alpha", 0.1), on_slice("pairwise", "beta", 0.5, 1)), judged()
     ).rules
-    assert (alpha.estimate, alpha.lo, alpha.hi, alpha.threshold) == (1.0, 1.0, 1.0, -0.1)
+    assert (alpha.estimate, alpha.lo, alpha.hi, alpha.limit) == (1.0, 1.0, 1.0, 0.1)
+    assert gate_policy.evalgate_bound(alpha.rule, alpha.limit) == -0.1  # a margin is slack
     assert alpha.passed and (alpha.n_cases, alpha.n_clusters) == (4, 4)
     assert alpha.reason == (
         "passes: net win rate +1.0000, lower bound +1.0000 > -0.1000 "
         "(judge judge-m (j1, key kkkkkkkkkkkk))"
     )
-    assert not beta.passed and beta.estimate == -1.0 and beta.threshold == -0.5
+    assert not beta.passed and beta.estimate == -1.0 and beta.limit == 0.5
 
 
 def test_judge_agreement_passes_on_the_lower_bound_and_blames_the_judge() -> None:
-    rule = gate_policy.EvalgateRule("judge_agreement", 0, metric="kappa", threshold=0.4)
+    rule = gate_policy.EvalgateRule("judge_agreement", 0, metric="kappa", limit=0.4)
     good = SimpleNamespace(n=30, kappa=0.7, lo=0.4, hi=0.9)
     bad = SimpleNamespace(n=30, kappa=0.5, lo=0.3, hi=0.7)
     (ok,) = gate.evalgate_evaluate(policy(rule), judged(good)).rules

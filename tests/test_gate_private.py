@@ -48,7 +48,7 @@ def test_the_point_estimate_is_the_difference_of_the_group_means() -> None:
     numbers = _numbers(DIFFS, CATS, CLUSTERS)
     # public cases: 1, 0, 1, 0.5 -> 2.5 / 4 = 0.625; private: 0, -1, 0, 1 -> 0; "x" is neither
     assert numbers["estimate"] == 0.625
-    assert (numbers["n_cases"], numbers["n_clusters"], numbers["threshold"]) == (8, 6, 0.05)
+    assert (numbers["n_cases"], numbers["n_clusters"], numbers["limit"]) == (8, 6, 0.05)
     assert numbers["lo"] <= 0.625 <= numbers["hi"]
 
 
@@ -131,7 +131,7 @@ def _input(cand_public: float, cand_private: float, n: int = 600) -> EvalgateGat
 
 def _gap_rule(max_gap: float = 0.05) -> gate_policy.EvalgateRule:
     return gate_policy.EvalgateRule(
-        "public_private_gap", 0, threshold=max_gap, public=("alpha", "beta"), private=("held",)
+        "public_private_gap", 0, limit=max_gap, public=("alpha", "beta"), private=("held",)
     )
 
 
@@ -188,7 +188,7 @@ def _policy(tmp_path: Path, *rules: dict[str, Any], **top: Any) -> Path:
 def test_the_rule_loads_and_keeps_its_groups_in_the_digest(tmp_path: Path) -> None:
     policy = gate_policy.evalgate_load_policy(_policy(tmp_path, _rule()))
     (rule,) = policy.rules
-    assert (rule.public, rule.private, rule.threshold) == (("alpha", "beta"), ("held",), 0.05)
+    assert (rule.public, rule.private, rule.limit) == (("alpha", "beta"), ("held",), 0.05)
     assert rule.to_dict() == {**GAP, "max_gap": 0.05}
     other = gate_policy.evalgate_load_policy(_policy(tmp_path, _rule(private=["beta2"])))
     assert gate_policy.evalgate_policy_digest(policy) != gate_policy.evalgate_policy_digest(other)

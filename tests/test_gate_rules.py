@@ -54,8 +54,8 @@ def rule(
     kind: str, target: str, threshold: float | None = None, index: int = 0
 ) -> gate_policy.EvalgateRule:
     if kind in ("perf_ratio", "max_delta"):
-        return gate_policy.EvalgateRule(kind, index, metric=target, threshold=threshold)
-    return gate_policy.EvalgateRule(kind, index, slice=target, threshold=threshold)
+        return gate_policy.EvalgateRule(kind, index, metric=target, limit=threshold)
+    return gate_policy.EvalgateRule(kind, index, slice=target, limit=threshold)
 
 
 # --------------------------------------------------------------------------- policy parsing
@@ -94,12 +94,12 @@ def test_spec_policy_loads_with_every_key(tmp_path: Path) -> None:
         "no_regression",
     ]
     assert loaded.rules[1] == gate_policy.EvalgateRule(
-        "non_inferior", 1, slice="billing", threshold=0.02
+        "non_inferior", 1, slice="billing", limit=0.02
     )
     assert loaded.rules[5] == gate_policy.EvalgateRule(
-        "perf_ratio", 5, metric="ttft_p95", threshold=1.05
+        "perf_ratio", 5, metric="ttft_p95", limit=1.05
     )
-    assert loaded.rules[3].threshold is None
+    assert loaded.rules[3].limit is None
 
 
 def test_policy_defaults_and_names(tmp_path: Path) -> None:
@@ -287,7 +287,8 @@ def test_equal_quality_passes_non_inferior() -> None:
     assert only.t_lo == pytest.approx(only.lo, abs=0.004) and only.t_hi == pytest.approx(
         only.hi, abs=0.004
     )
-    assert (only.n_cases, only.n_clusters, only.threshold) == (9_000, 2_250, -0.02)
+    assert (only.n_cases, only.n_clusters, only.limit) == (9_000, 2_250, 0.02)  # the margin
+    assert gate_policy.evalgate_bound(only.rule, only.limit) == -0.02
     assert only.reason.startswith("passes")
 
 

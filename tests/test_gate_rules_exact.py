@@ -36,13 +36,13 @@ def test_non_inferior_reads_its_own_slice_and_fails_a_constant_drop() -> None:
     )
     tight, loose, beta = result.rules
     assert tight.name == "non_inferior[alpha]" and loose.name == "non_inferior[alpha]@rules[1]"
-    assert (tight.estimate, tight.lo, tight.hi, tight.threshold) == (-0.25, -0.25, -0.25, -0.2)
+    assert (tight.estimate, tight.lo, tight.hi, tight.limit) == (-0.25, -0.25, -0.25, 0.2)
     assert (tight.se, tight.t_lo, tight.t_hi) == (0.0, -0.25, -0.25)
     assert (tight.n_cases, tight.n_clusters, tight.passed) == (4, 4, False)
     assert tight.reason == "regression: the candidate is worse (upper bound -0.2500 < 0)"
     assert tight.p_value == 1 / 201  # no resample at or above 0
     assert loose.passed and loose.reason == "passes: lower bound -0.2500 > -0.3000"
-    assert (beta.estimate, beta.lo, beta.hi, beta.threshold) == (0.5, 0.5, 0.5, -0.0)
+    assert (beta.estimate, beta.lo, beta.hi, beta.limit) == (0.5, 0.5, 0.5, 0.0)
     assert beta.passed and beta.p_value == 1.0
     assert not result.passed
 
@@ -66,10 +66,10 @@ def test_must_improve_needs_the_lower_bound_strictly_above_the_target() -> None:
         ),
         make(WORSE_BETTER),
     ).rules
-    assert not on_target.passed and on_target.threshold == 0.5
+    assert not on_target.passed and on_target.limit == 0.5
     assert on_target.reason == "short of target: upper bound +0.5000 <= +0.5000"
     assert below.passed and below.reason == "passes: lower bound +0.5000 > +0.4000"
-    assert negative.passed and negative.threshold == -0.3  # the target is not negated
+    assert negative.passed and negative.limit == -0.3  # the target is not negated
     assert not alpha_short.passed and alpha_short.reason.startswith("regression")
 
 
@@ -100,7 +100,7 @@ def test_no_regression_corrects_over_evaluated_slices_only() -> None:
     alpha, beta, gamma = holm.values()
     assert not gamma.evaluated and not gamma.passed and gamma.n_clusters == 1
     assert alpha.p_value == 1 / 201 and alpha.p_adjusted == 2 * (1 / 201)  # m = 2, not 3
-    assert not alpha.passed and alpha.threshold == 1.0 - 0.95
+    assert not alpha.passed and alpha.limit == 1.0 - 0.95
     assert alpha.reason == "regression: significant drop (adjusted p 0.00995 < 0.05, holm)"
     assert beta.passed and beta.p_adjusted == 1.0
     assert beta.reason == "no significant drop (adjusted p 1 >= 0.05, holm)"
@@ -141,7 +141,7 @@ def test_floor_counts_the_failures_of_its_own_slice() -> None:
     alpha, beta, everything = result["floor[alpha]"], result["floor[beta]"], result["floor[all]"]
     upper = 1.0 - 0.025 ** (1 / 40)  # 0 of 40: closed form
     assert alpha.passed and alpha.estimate == 0.0 and alpha.lo == 0.0
-    assert alpha.hi == pytest.approx(upper, rel=1e-12) and alpha.threshold == 0.1
+    assert alpha.hi == pytest.approx(upper, rel=1e-12) and alpha.limit == 0.1
     assert alpha.reason == f"passes: 0/40 failed, upper bound {upper:.4f} <= 0.1"
     assert (alpha.n_cases, alpha.n_clusters) == (40, 40)
     low = float(sps.binomtest(12, 40).proportion_ci(0.95).low)
@@ -172,7 +172,7 @@ def test_floor_of_zero_fails_without_failures_and_says_why() -> None:
     (only,) = gate.evalgate_evaluate(
         policy(on_slice("floor", "alpha", 0.0)), make(FLOOR_SLICES)
     ).rules
-    assert not only.passed and only.threshold == 0.0
+    assert not only.passed and only.limit == 0.0
     assert only.reason == (
         "too little evidence: 0/40 failed, not below max_rate; "
         "more cases at this rate would not pass"
@@ -254,7 +254,7 @@ def test_max_delta_of_zero_refuses_any_rise_in_errors() -> None:
         ),
         make(WORSE_BETTER, error_rates=rates),
     ).rules
-    assert zero.estimate == 3 / 100 - 1 / 100 and zero.threshold == 0.0
+    assert zero.estimate == 3 / 100 - 1 / 100 and zero.limit == 0.0
     assert not zero.passed and zero.reason == "regression: error rate rose by +0.0200 > 0.0"
     assert wide.passed and wide.reason == "passes: error rate delta +0.0200 <= 0.05"
     same = make(WORSE_BETTER, error_rates={"candidate": (1, 100), "baseline": (1, 100)})

@@ -421,7 +421,7 @@ def test_strict_numbers_in_nested_blocks(tmp_path: Path, keys: tuple[str, ...], 
 def test_an_integer_still_counts_as_a_float(tmp_path: Path) -> None:
     path = _manifest(tmp_path)
     _edit(path, "generation", "temperature", value=1)
-    assert evalgate_load_manifest(str(path)).generation["temperature"] == 1.0
+    assert evalgate_load_manifest(str(path)).generation.temperature == 1.0
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from suitekit import DEFAULT_POLICY, write_suite
 from test_store import EXPECT, PREFIX, record
 
@@ -148,6 +149,8 @@ def test_any_changed_manifest_loads_or_is_refused_cleanly(
 def _floats(node: Any) -> Iterator[float]:
     if isinstance(node, float):
         yield node
+    elif isinstance(node, BaseModel):  # the manifest's blocks are its validated models
+        yield from _floats(node.model_dump())
     elif isinstance(node, dict):
         for value in node.values():
             yield from _floats(value)
@@ -198,7 +201,7 @@ def test_any_changed_policy_loads_or_is_refused_cleanly(
     policy_file.write_text(yaml.safe_dump(data.draw(_mutations(POLICY)), allow_unicode=True))
     policy = _load_policy(policy_file)
     if policy is not None:
-        thresholds = [rule.threshold for rule in policy.rules if rule.threshold is not None]
+        thresholds = [rule.limit for rule in policy.rules if rule.limit is not None]
         assert all(math.isfinite(t) for t in thresholds)
         assert 0.5 < policy.confidence < 1.0
 

@@ -28,7 +28,8 @@ from suitekit import make_cases, write_suite
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.runner.journal import EvalgateJournalWriter
-from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import (
     EvalgateLocalStore,
     EvalgateS3Store,

@@ -28,7 +28,7 @@ def _judge(**changes: Any) -> spec.EvalgateJudge:
         temperature=0.0,
         seed=7,
         pins={},
-        budget={},
+        budget=spec.EvalgateBudgetSchema(),
         golden_path=None,
         allow_sampling=False,
     )

@@ -71,7 +71,7 @@ def test_the_spec_block_validates_into_a_frozen_judge() -> None:
     assert judge.model == "judge-70b" and judge.revision == "judge-prompt-v1"
     assert judge.temperature == 0.0 and judge.seed == 0 and judge.api_key_env == "JUDGE_API_KEY"
     assert judge.family == "judge-family" and judge.training_run == "run-7"
-    assert judge.budget["max_concurrency"] == 16 and judge.budget["requests_per_second"] == 50
+    assert judge.budget.max_concurrency == 16 and judge.budget.requests_per_second == 50
     assert judge.golden_path == str(Path("suites/s/golden.jsonl"))
     assert judge.allow_sampling is False
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -88,7 +88,7 @@ def test_defaults_of_a_minimal_block() -> None:
         {},
     )
     assert judge.family is None and judge.training_run is None
-    assert judge.budget == {
+    assert judge.budget.model_dump() == {
         "max_concurrency": 16,
         "requests_per_second": None,
         "tokens_per_minute": None,

@@ -14,6 +14,7 @@ import yaml
 
 from pytest_evalgate.k8s.render import evalgate_container_security, evalgate_render
 from pytest_evalgate.k8s.sandbox import EVALGATE_SECCOMP_PROFILE, evalgate_sandbox_pod
+from pytest_evalgate.manifest.code import EvalgateSandboxBlock
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +100,7 @@ def test_only_the_harness_container_gets_the_sandbox_context() -> None:
             {"name": "other", "securityContext": evalgate_container_security()},
         ]
     }
-    out = evalgate_sandbox_pod(pod, {"runtime_class": None})
+    out = evalgate_sandbox_pod(pod, EvalgateSandboxBlock())
     assert out["containers"][1]["securityContext"] == evalgate_container_security()
     assert out["containers"][0]["securityContext"]["seccompProfile"]["type"] == "Localhost"
 

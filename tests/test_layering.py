@@ -217,9 +217,7 @@ def test_units_import_one_way_without_a_circle() -> None:
 
 
 def test_only_the_pytest_side_imports_pytest() -> None:
-    offenders = {
-        m for m in _modules() if _stage(m) not in PYTEST_SIDE and "pytest" in _imports(m)
-    }
+    offenders = {m for m in _modules() if _stage(m) not in PYTEST_SIDE and "pytest" in _imports(m)}
     assert offenders == set()
     # and the table says so: pytest appears only in the pytest side's rows
     assert {unit for unit, allowed in _declared().items() if "pytest" in allowed} == PYTEST_SIDE
@@ -303,3 +301,106 @@ def test_the_runner_child_loads_nothing_of_the_parent_side() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _init_extras(source: str, package: str) -> list[str]:
+    """What a sub-package's ``__init__.py`` holds beyond its docstring, ``__future__`` and
+    re-exports from its own modules (``from pytest_evalgate.<package>.<module> import ...``)
+    and ``__all__``: one line per statement that defines or does something."""
+    body = ast.parse(source).body
+    extras = [] if body and _is_docstring(body[0]) else ["no docstring"]
+    own = f"pytest_evalgate.{package}."
+    for node in body[0 if extras else 1 :]:
+        if isinstance(node, ast.ImportFrom) and (
+            node.module == "__future__" or (node.level == 0 and (node.module or "").startswith(own))
+        ):
+            continue
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            continue
+        extras.append(f"line {node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return extras
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    value = node.value if isinstance(node, ast.Expr) else None
+    return isinstance(value, ast.Constant) and isinstance(value.value, str)
+
+
+def test_the_init_check_catches_each_kind() -> None:
+    doc = '"""Doc."""\nfrom __future__ import annotations\n'
+    assert _init_extras(doc + "from pytest_evalgate.x.a import A\n__all__ = ['A']\n", "x") == []
+    assert _init_extras("from pytest_evalgate.x.a import A\n", "x") == ["no docstring"]
+    for statement in (
+        "def f() -> None: ...",
+        "class C: ...",
+        "LIMIT = 3",
+        "import importlib",
+        "from pytest_evalgate.y.a import A",
+        "from .a import A",
+        "if TYPE_CHECKING: pass",
+    ):
+        extras = _init_extras(doc + statement + "\n", "x")
+        assert [e.partition(":")[0] for e in extras] == ["line 3"], statement
+
+
+def test_sub_package_inits_hold_a_docstring_and_re_exports_only() -> None:
+    # The convention of docs/architecture.md ("Package ``__init__`` files"): what a package
+    # defines lives in a module named by its job, so ``__init__`` is the table of contents.
+    # The root package is the one exception: ``pytest_evalgate/__init__.py`` holds the lazy
+    # (PEP 562) loader of the user-facing names, because pytest imports it for the entry point
+    # in every run (tests/test_exports.py pins that surface).
+    inits = sorted(PACKAGE.glob("*/__init__.py"))
+    assert len(inits) >= 20  # every sub-package, not an empty glob
+    found = {
+        path.parent.name: extras
+        for path in inits
+        if (extras := _init_extras(path.read_text(encoding="utf-8"), path.parent.name))
+    }
+    assert found == {}
+
+
+def _module_edges(module: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of this package that ``module`` imports, at any depth of its tree (function
+    bodies and ``if TYPE_CHECKING:`` blocks included): ``from a import b`` names the module
+    ``a.b`` when it is one, else ``a`` (a name ``a`` defines or re-exports)."""
+    found: set[str] = set()
+    prefix = "pytest_evalgate."
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            origin = _absolute(node, module, path)
+            subs = [f"{origin}.{alias.name}" for alias in node.names]
+            names = [sub for sub in subs if sub[len(prefix) :] in known] or [origin]
+        else:
+            continue
+        found.update(name[len(prefix) :] for name in names if name.startswith(prefix))
+    return {name for name in found if name in known and name != module}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the modules of its own package (its first dotted part) it imports."""
+    modules = _modules()
+    known = set(modules)
+    return {
+        module: {m for m in _module_edges(module, path, known) if _stage(m) == _stage(module)}
+        for module, path in modules.items()
+    }
+
+
+def test_the_module_graph_sees_type_checking_and_lazy_imports() -> None:
+    graph = _module_graph()
+    assert "session.gate" in graph["session.core"]  # under TYPE_CHECKING and in a method
+    assert "session.judging" in graph["session.running"]  # inside a method only
+    assert "session.usage" in graph["session.select"]  # at module level
+    modules = _modules()
+    edges = _module_edges("plugin", modules["plugin"], set(modules))
+    assert "hookspecs" in edges and "__init__" not in edges  # ``from pkg import module``
+    assert _cycle({"p.a": {"p.b"}, "p.b": {"p.a"}}) == ["p.a", "p.b", "p.a"]
+
+
+def test_modules_inside_each_package_import_without_a_circle() -> None:
+    graph = _module_graph()
+    for package in sorted({_stage(module) for module in graph}):
+        inside = {m: edges for m, edges in graph.items() if _stage(m) == package}
+        assert _cycle(inside) == [], package

@@ -37,8 +37,8 @@ def _refused(path: Path) -> EvalgateConfigError:
 def test_a_code_suite_loads_with_its_sandbox_defaults(tmp_path: Path) -> None:
     manifest = _load(_write(tmp_path))
     assert manifest.sandbox is not None
-    assert manifest.sandbox["isolation"] == "auto"
-    assert (manifest.sandbox["timeout_s"], manifest.sandbox["max_concurrency"]) == (10.0, 4)
+    assert manifest.sandbox.isolation == "auto"
+    assert (manifest.sandbox.timeout_s, manifest.sandbox.max_concurrency) == (10.0, 4)
     assert manifest.definition["evaluator"]["pass_at_k"] is None
     assert manifest.definition["sandbox"]["memory_mb"] == 512
 
@@ -85,7 +85,7 @@ def test_pass_at_k_up_to_the_repetitions_loads(tmp_path: Path) -> None:
         repetitions=3,
         extra={"evaluator": {**CODE, "pass_at_k": 3}},
     )
-    assert _load(path).evaluator["pass_at_k"] == 3
+    assert _load(path).evaluator.pass_at_k == 3
 
 
 @pytest.mark.parametrize("key", ["language", "extract", "pass_at_k"])
@@ -121,9 +121,10 @@ def test_bad_sandbox_values_name_the_key(
 
 
 def test_isolation_none_is_accepted_only_written_out(tmp_path: Path) -> None:
-    assert _load(_write(tmp_path, sandbox={})).sandbox["isolation"] == "auto"  # type: ignore[index]
+    defaulted = _load(_write(tmp_path, sandbox={}))
+    assert defaulted.sandbox is not None and defaulted.sandbox.isolation == "auto"
     written = _load(_write(tmp_path / "b", sandbox={"isolation": "none"}))
-    assert written.sandbox is not None and written.sandbox["isolation"] == "none"
+    assert written.sandbox is not None and written.sandbox.isolation == "none"
 
 
 @pytest.mark.parametrize(
@@ -193,8 +194,8 @@ def test_the_example_suites_keep_their_definition_digests() -> None:
 def test_the_code_example_suite_loads() -> None:
     manifest = _load(REPO / "suites" / "code" / "evalgate.yaml")
     assert len(manifest.cases) >= 60
-    assert manifest.evaluator["pass_at_k"] == 2 and manifest.repetitions == 3
-    assert manifest.sandbox is not None and manifest.sandbox["isolation"] == "auto"
+    assert manifest.evaluator.pass_at_k == 2 and manifest.repetitions == 3
+    assert manifest.sandbox is not None and manifest.sandbox.isolation == "auto"
 
 
 def test_yaml_of_the_code_example_names_every_sandbox_key() -> None:

@@ -34,6 +34,7 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.gate.rules import evalgate_evaluate
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.schema import EvalgatePerfSchema
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf.phase import (
     evalgate_perf_bodies,
@@ -47,7 +48,8 @@ from pytest_evalgate.perf.result import (
     evalgate_perf_from_dict,
 )
 from pytest_evalgate.policy.load import EvalgatePolicy, EvalgateRule
-from pytest_evalgate.simulated import EvalgateSimServer, evalgate_parse_simulated_url
+from pytest_evalgate.simulated import evalgate_parse_simulated_url
+from pytest_evalgate.simulated.server import EvalgateSimServer
 
 SUPPORT = Path(__file__).resolve().parents[1] / "suites" / "support" / "evalgate.yaml"
 PAIR = ("candidate", "baseline")
@@ -70,7 +72,7 @@ def with_perf(manifest: EvalgateManifest, **perf: Any) -> EvalgateManifest:
         "seed": 0,
         "max_tokens": None,
     }
-    return dataclasses.replace(manifest, perf={**block, **perf})
+    return dataclasses.replace(manifest, perf=EvalgatePerfSchema.model_validate({**block, **perf}))
 
 
 def sim_url(**knobs: Any) -> str:
@@ -106,7 +108,7 @@ def measure(manifest: EvalgateManifest, cand: str, base: str, **kw: Any) -> Eval
 
 def perf_policy(**max_ratios: float) -> EvalgatePolicy:
     rules = tuple(
-        EvalgateRule("perf_ratio", i, metric=metric, threshold=ratio)
+        EvalgateRule("perf_ratio", i, metric=metric, limit=ratio)
         for i, (metric, ratio) in enumerate(max_ratios.items())
     )
     return EvalgatePolicy(version="perf-test", rules=rules, resamples=2000)
@@ -161,7 +163,9 @@ def test_unknown_profile_is_refused() -> None:
 
 
 def test_plan_marks_warmup_and_cycles_prompts_in_seeded_order() -> None:
-    perf = {"rate": 10.0, "duration_s": 12.0, "warmup_s": 1.0, "profile": "constant", "seed": 5}
+    perf = EvalgatePerfSchema(
+        prompts="p.jsonl", rate=10.0, duration_s=12.0, warmup_s=1.0, profile="constant", seed=5
+    )
     plan = evalgate_perf_plan(perf, prompt_count=7)
     assert int((~plan.measured).sum()) == 10 and int(plan.measured.sum()) == 120
     assert plan.scheduled_rate == pytest.approx(10.0)
@@ -194,7 +198,7 @@ def test_bodies_from_the_production_shaped_file(support: EvalgateManifest) -> No
             assert body["messages"][0]["role"] == "system"
             assert body["messages"][-1] == {"role": "user", "content": row["input"]}
     plain = evalgate_perf_bodies(with_perf(support))
-    assert plain[0]["max_tokens"] == support.generation["max_tokens"]
+    assert plain[0]["max_tokens"] == support.generation.max_tokens
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from pytest_evalgate.k8s.polyaxon_check import (
 )
 from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
 from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
+from pytest_evalgate.manifest.code import EvalgateSandboxBlock
 
 with warnings.catch_warnings():
     # polyaxon 2.18 still declares pydantic v1-style configs (deprecation warnings at import)
@@ -164,14 +165,14 @@ def test_s3_store_names_the_bucket_adds_no_volume_and_the_egress_policy() -> Non
 
 @dataclasses.dataclass(frozen=True)
 class _CodeManifest(EXAMPLE.ExampleManifest):  # type: ignore[misc]
-    sandbox: dict[str, Any] = dataclasses.field(default_factory=lambda: {"runtime_class": None})
+    sandbox: EvalgateSandboxBlock = dataclasses.field(default_factory=EvalgateSandboxBlock)
 
 
 @pytest.mark.parametrize(
     ("runtime_class", "field"), [(None, "hostUsers"), ("gvisor", "runtimeClassName")]
 )
 def test_a_code_suites_pod_is_refused_not_weakened(runtime_class: str | None, field: str) -> None:
-    manifest = _CodeManifest(sandbox={"runtime_class": runtime_class})
+    manifest = _CodeManifest(sandbox=EvalgateSandboxBlock(runtime_class=runtime_class))
     with pytest.raises(EvalgateConfigError) as caught:
         evalgate_polyaxon_render(manifest, 2, IMAGE)
     assert caught.value.source == manifest.path and caught.value.key == "polyaxon"

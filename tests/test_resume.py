@@ -37,11 +37,8 @@ from assertkit import (
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.simulated import (
-    EvalgateSimConfig,
-    EvalgateSimServer,
-    evalgate_write_answer_key,
-)
+from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_write_answer_key
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import EVALGATE_FAULT_COMMIT_PAUSE_ENV, EvalgateLocalStore
 
 pytestmark = pytest.mark.slow

@@ -31,7 +31,8 @@ from pytest_evalgate.runner.parent import (
     EvalgateWork,
 )
 from pytest_evalgate.scoring import evalgate_make_scorer
-from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateLocalStore,

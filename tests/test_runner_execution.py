@@ -12,6 +12,8 @@ import pytest
 from sandboxkit import prepared
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateError
+from pytest_evalgate.manifest.code import EvalgateSandboxBlock
+from pytest_evalgate.manifest.schema import EvalgateEvaluatorSchema
 from pytest_evalgate.runner.execution import (
     EvalgateExecutionStage,
     evalgate_code_grade,
@@ -39,10 +41,11 @@ from pytest_evalgate.store.records import evalgate_has_fields
 
 pytestmark = pytest.mark.slow
 
-SANDBOX = {
-    "isolation": "auto", "max_concurrency": 4, "timeout_s": 5.0, "memory_mb": 512, "cpu_s": 5,
-    "processes": 32, "open_files": 64, "file_size_mb": 16, "work_mb": 64, "runtime_class": None,
-}  # fmt: skip
+SANDBOX = EvalgateSandboxBlock(
+    isolation="auto", max_concurrency=4, timeout_s=5.0, memory_mb=512, cpu_s=5,
+    processes=32, open_files=64, file_size_mb=16, work_mb=64, runtime_class=None,
+)  # fmt: skip
+CODE = EvalgateEvaluatorSchema(revision="r1", scorer="code", extract="fenced")
 
 
 def _outcome(output: str | None, error: dict[str, Any] | None = None) -> EvalgateOutcome:
@@ -66,7 +69,7 @@ def _outcome(output: str | None, error: dict[str, Any] | None = None) -> Evalgat
 
 def _execution(spec: EvalgateSandboxSpec, tests: str, share: int = 2) -> dict[str, Any]:
     settings = evalgate_execution_settings(
-        spec, {**SANDBOX, "max_concurrency": share}, {"extract": "fenced"},
+        spec, SANDBOX.model_copy(update={"max_concurrency": share}), CODE,
         hide=(), stage="suite", parts=1, index=0,
     )  # fmt: skip
     request = evalgate_execution_request(settings, tests)
@@ -160,21 +163,21 @@ def test_executions_stay_within_the_share() -> None:
 def test_the_share_of_sandbox_max_concurrency_is_split_like_the_endpoint_budget() -> None:
     spec = EvalgateSandboxSpec(isolation="bwrap", interpreter="/usr/bin/python3")
     shares = [
-        evalgate_execution_settings(spec, SANDBOX, {}, hide=(), stage="s", parts=3, index=i)[
+        evalgate_execution_settings(spec, SANDBOX, CODE, hide=(), stage="s", parts=3, index=i)[
             "share"
         ]
         for i in range(3)
     ]
-    assert shares == [2, 1, 1] and sum(shares) == SANDBOX["max_concurrency"]
+    assert shares == [2, 1, 1] and sum(shares) == SANDBOX.max_concurrency
     with pytest.raises(EvalgateConfigError) as info:
-        evalgate_execution_settings(spec, SANDBOX, {}, hide=(), stage="s", parts=5, index=0)
+        evalgate_execution_settings(spec, SANDBOX, CODE, hide=(), stage="s", parts=5, index=0)
     assert info.value.key == "sandbox.max_concurrency"
 
 
 def test_the_settings_hide_the_store_and_carry_the_prepared_spec() -> None:
     spec = EvalgateSandboxSpec(isolation="unshare", interpreter="/usr/bin/python3", hide=("/k",))
     settings = evalgate_execution_settings(
-        spec, SANDBOX, {"extract": "fenced"}, hide=("/store",), stage="s", parts=1, index=0
+        spec, SANDBOX, CODE, hide=("/store",), stage="s", parts=1, index=0
     )
     assert settings["spec"]["hide"] == ("/k", "/store")
     assert settings["spec"]["isolation"] == "unshare" and settings["extract"] == "fenced"
@@ -184,7 +187,7 @@ def test_the_settings_hide_the_store_and_carry_the_prepared_spec() -> None:
 
 
 def test_the_unprepared_spec_takes_the_limits_and_not_the_transport() -> None:
-    spec = evalgate_sandbox_spec({**SANDBOX, "timeout_s": 3.0, "isolation": "none"})
+    spec = evalgate_sandbox_spec(SANDBOX.model_copy(update={"timeout_s": 3.0, "isolation": "none"}))
     assert (spec.timeout_s, spec.isolation, spec.processes) == (3.0, "none", 32)
     assert not spec.prepared
 

@@ -93,7 +93,7 @@ def test_a_repetition_offsets_the_seed_and_nothing_else(tmp_path: Path) -> None:
     assert {k: v for k, v in third.items() if k != "seed"} == {
         k: v for k, v in first.items() if k != "seed"
     }
-    assert manifest.generation["seed"] == 7  # the manifest's settings are not changed
+    assert manifest.generation.seed == 7  # the manifest's settings are not changed
 
 
 def test_a_completions_suite_sends_a_prompt_string(tmp_path: Path) -> None:

@@ -34,7 +34,8 @@ from pytest_evalgate.runner.wire import (
     evalgate_encode,
     evalgate_encode_result,
 )
-from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
 
 ENDPOINT = EvalgateEndpoint("http://127.0.0.1:9/v1", "m", "chat", "sk-test", 10.0, 2, False)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import pytest_evalgate.simulated as simulated
+import pytest_evalgate.simulated.server as simulated_server
 
 PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
@@ -113,10 +114,12 @@ def test_the_names_evalgate_serve_codes_against_keep_their_signatures() -> None:
     def params(name: str) -> list[str]:
         return list(inspect.signature(getattr(simulated, name)).parameters)
 
+    serve = inspect.signature(simulated_server.evalgate_sim_serve).parameters
+
     assert params("evalgate_sim_knob_names") == []
     assert params("evalgate_sim_config_from_knobs") == ["items", "source"]
     assert params("evalgate_parse_simulated_url") == ["url"]
-    assert params("evalgate_sim_serve") == [
+    assert list(serve) == [
         "config",
         "answers",
         "request_log",

@@ -20,11 +20,11 @@ from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     evalgate_parse_simulated_url,
     evalgate_sim_knob_names,
-    evalgate_sim_serve,
     evalgate_spawn_simulator,
     evalgate_write_answer_key,
 )
 from pytest_evalgate.simulated.process import evalgate_sim_child_argv
+from pytest_evalgate.simulated.server import evalgate_sim_serve
 from pytest_evalgate.simulated.spec import (
     EVALGATE_SIM_SPEC_SOURCE,
     EvalgateSimSpec,
@@ -237,7 +237,8 @@ def test_serve_refuses_a_request_log_it_cannot_open(tmp_path: Path, answers: Pat
 
 SERVE = """
 import sys
-from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_sim_serve
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import evalgate_sim_serve
 def ready(url):
     sys.stdout.write("READY " + url + "\\n")
     sys.stdout.flush()

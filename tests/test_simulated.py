@@ -24,7 +24,6 @@ from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.simulated import (
     EVALGATE_SIM_READY,
     EvalgateSimConfig,
-    EvalgateSimServer,
     evalgate_load_answer_key,
     evalgate_parse_simulated_url,
     evalgate_prompt_digest,
@@ -36,6 +35,7 @@ from pytest_evalgate.simulated import (
     evalgate_spawn_simulator,
     evalgate_write_answer_key,
 )
+from pytest_evalgate.simulated.server import EvalgateSimServer
 
 Response = tuple[int, dict[str, str], Any]
 

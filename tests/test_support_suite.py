@@ -67,15 +67,19 @@ def test_manifest_loads_and_pin_matches(suite: str, count: int) -> None:
     manifest = evalgate_load_manifest(str(SUITES / suite / "evalgate.yaml"))
     assert len(manifest.cases) == count
     assert set(manifest.candidates) == {"candidate", "baseline"}
-    assert manifest.evaluator["scorer"] == "normalized"
+    assert manifest.evaluator.scorer == "normalized"
 
 
 def test_support_manifest_settings() -> None:
     manifest = evalgate_load_manifest(str(SUITES / "support" / "evalgate.yaml"))
     assert (manifest.suite, manifest.repetitions, manifest.shards) == ("support-eval", 2, 4)
-    assert manifest.generation == {"temperature": 0.0, "max_tokens": 64, "seed": 1234}
+    assert manifest.generation.evalgate_request_fields() == {
+        "temperature": 0.0,
+        "max_tokens": 64,
+        "seed": 1234,
+    }
     assert manifest.canary is not None and manifest.canary.startswith("EVALGATE-CANARY-")
-    assert manifest.budget["max_concurrency"] == 32
+    assert manifest.budget.max_concurrency == 32
     for candidate in manifest.candidates.values():
         assert candidate.base_urls[0].startswith("simulated://?accuracy=0.9")
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", candidate.pins["weights_digest"])
@@ -272,11 +276,11 @@ def test_support_gate_public_private_gap_passes_on_the_simulator() -> None:
     diffs = [a - b for a, b in zip(scores["candidate"], scores["baseline"], strict=True)]
     numbers = evalgate_gap_rule(
         diffs, [c.category for c in manifest.cases], [c.cluster for c in manifest.cases],
-        rule.public, rule.private, float(rule.threshold or 0), confidence=0.95, resamples=2000,
+        rule.public, rule.private, float(rule.limit or 0), confidence=0.95, resamples=2000,
         seed=0,
     )  # fmt: skip
     assert numbers["passed"] is True, numbers["reason"]
-    assert numbers["hi"] < float(rule.threshold or 0) - 0.02  # not on the edge
+    assert numbers["hi"] < float(rule.limit or 0) - 0.02  # not on the edge
 
 
 def test_tiny_suite_passes_end_to_end(pytester: pytest.Pytester, tmp_path: Path) -> None:

@@ -31,7 +31,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 from pytest_evalgate.admission.pod import EvalgateWeightsRef, evalgate_pod_weights
 from pytest_evalgate.admission.review import (
@@ -282,7 +285,7 @@ class EvalgateAdmission:
             return f"the override's times are malformed: {exc}"
         return _Window(basis, issued, expires)
 
-    def _verify(self, envelope: Mapping[str, Any]) -> dict[str, Any]:
+    def _verify(self, envelope: Mapping[str, object]) -> dict[str, Any]:
         """Verify under the gate key, cached by the envelope's digest (failures too)."""
         key = hashlib.sha256(evalgate_canonical_json(envelope)).hexdigest()
         cached = self._verified.get(key)
@@ -305,7 +308,9 @@ class EvalgateAdmission:
         return None
 
 
-def _verify_or_reason(envelope: Mapping[str, Any], key: Any) -> dict[str, Any] | str:
+def _verify_or_reason(
+    envelope: Mapping[str, object], key: ec.EllipticCurvePublicKey
+) -> dict[str, Any] | str:
     try:
         return evalgate_verify_with_key(envelope, key)
     except EvalgateSignatureError as exc:

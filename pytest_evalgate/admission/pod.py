@@ -81,30 +81,30 @@ def evalgate_image_ref(source: str, reference: str) -> EvalgateWeightsRef:
     return EvalgateWeightsRef(source, reference, image.digest)
 
 
-def evalgate_pod_weights(pod: Mapping[str, Any]) -> list[EvalgateWeightsRef]:
+def evalgate_pod_weights(pod: Mapping[str, object]) -> list[EvalgateWeightsRef]:
     """Every weights reference of ``pod``: image volumes, container images and the
     annotation, in that order (duplicates kept: each names its own source)."""
     spec = _mapping(pod.get("spec"))
     return [*_volume_refs(spec), *_container_refs(spec), *_annotation_refs(pod)]
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _items(value: Any) -> Iterator[Mapping[str, Any]]:
+def _items(value: object) -> Iterator[Mapping[str, Any]]:
     if isinstance(value, list):
         yield from (item for item in value if isinstance(item, Mapping))
 
 
-def _volume_refs(spec: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+def _volume_refs(spec: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
     for volume in _items(spec.get("volumes")):
         reference = _mapping(volume.get("image")).get("reference")
         if isinstance(reference, str) and evalgate_image_is_weights(reference):
             yield evalgate_image_ref(f'image volume "{volume.get("name")}"', reference)
 
 
-def _container_refs(spec: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+def _container_refs(spec: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
     for field in _CONTAINER_LISTS:
         for container in _items(spec.get(field)):
             image = container.get("image")
@@ -118,7 +118,7 @@ def _singular(field: str) -> str:
     )
 
 
-def _annotation_refs(pod: Mapping[str, Any]) -> Iterator[EvalgateWeightsRef]:
+def _annotation_refs(pod: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     if EVALGATE_WEIGHTS_ANNOTATION not in annotations:
         return

@@ -94,7 +94,7 @@ def _request(request: dict[str, Any]) -> EvalgateReviewRequest:
     )
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 

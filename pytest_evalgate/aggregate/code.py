@@ -6,9 +6,10 @@
 - ``evalgate_sandbox_summary``: the sandbox facts of a decision: isolation(s) used, whether
   every execution was sandboxed, outcome counts per candidate, sandbox errors, pass@k, sandbox
   start and run time percentiles (nearest rank, as docs/timings.md).
-- ``evalgate_code_decision``: puts the summary in ``decision["sandbox"]``; a decision with any
-  unsandboxed execution (``isolation: none``) is not attestable, so it is never signed.
-  A suite of any other scorer gets no ``sandbox`` key: its decision is what it always was.
+- ``evalgate_code_record``: the summary as the decision's ``sandbox`` member; a decision with any
+  unsandboxed execution (``isolation: none``) is not attestable, so it is never signed (the
+  decide step reads ``sandboxed``). A suite of any other scorer gets no ``sandbox`` key: its
+  decision is what it always was.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,28 @@ EVALGATE_UNSANDBOXED_REASON = (
     "code ran without a sandbox (isolation: none): the decision is marked unsandboxed and is "
     "never signed"
 )
+
+
+class EvalgateNearestRanks(TypedDict):
+    """p50 and p95 by nearest rank (both None when nothing ran)."""
+
+    p50: float | None
+    p95: float | None
+
+
+class EvalgateSandboxSummary(TypedDict):
+    """The sandbox facts of a code suite's decision (see ``evalgate_sandbox_summary``)."""
+
+    isolation: list[str]
+    sandboxed: bool
+    unsandboxed_executions: int
+    executions: int
+    outcomes: dict[str, dict[str, int]]  # candidate -> outcome -> executions
+    sandbox_errors: int
+    pass_at_k: int | None
+    start_s: EvalgateNearestRanks
+    run_s: EvalgateNearestRanks
+    reason: NotRequired[str]  # only when unsandboxed
 
 
 def evalgate_case_scores(
@@ -42,7 +65,7 @@ def evalgate_case_scores(
 
 def evalgate_sandbox_summary(
     records: Iterable[EvalgateRecord], errors: Mapping[str, int], pass_at_k: int | None
-) -> dict[str, Any]:
+) -> EvalgateSandboxSummary:
     """The sandbox facts over ``records`` (results of a code suite) and the ``errors`` counts."""
     outcomes: dict[str, Counter[str]] = {}
     isolations: set[str] = set()
@@ -71,7 +94,7 @@ def evalgate_sandbox_summary(
     }
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
+def _percentiles(values: list[float]) -> EvalgateNearestRanks:
     ordered = sorted(values)
 
     def rank(q: float) -> float | None:
@@ -80,26 +103,26 @@ def _percentiles(values: list[float]) -> dict[str, float | None]:
     return {"p50": rank(0.50), "p95": rank(0.95)}
 
 
-def evalgate_code_decision(decision: dict[str, Any], summary: Mapping[str, Any] | None) -> None:
-    """Add ``summary`` to ``decision`` (a code suite's); unsandboxed: never attestable."""
-    if summary is None:
-        return
-    decision["sandbox"] = dict(summary)
+def evalgate_code_record(summary: EvalgateSandboxSummary) -> EvalgateSandboxSummary:
+    """The decision's ``sandbox`` member of a code suite: ``summary``, with the reason it is
+    never attestable when any execution ran unsandboxed."""
+    record = EvalgateSandboxSummary(**summary)
     if not summary["sandboxed"]:
-        decision["attestable"] = False
-        decision["sandbox"]["reason"] = EVALGATE_UNSANDBOXED_REASON
+        record["reason"] = EVALGATE_UNSANDBOXED_REASON
+    return record
 
 
-def evalgate_sandbox_lines(decision: Mapping[str, Any]) -> list[str]:
-    """Terminal summary lines of a code suite's sandbox facts (none for other suites)."""
-    facts = decision.get("sandbox")
+def evalgate_sandbox_lines(facts: EvalgateSandboxSummary | None) -> list[str]:
+    """Terminal summary lines of a code suite's sandbox facts (the decision's ``sandbox``
+    member; none for other suites)."""
     if not facts:
         return []
     start = facts["start_s"]
     isolation = ", ".join(facts["isolation"]) or "none ran"
     head = f"sandbox: isolation {isolation}, {facts['executions']} executions"
-    if start["p50"] is not None:
-        head += f", start p50 {start['p50'] * 1000:.0f} ms p95 {start['p95'] * 1000:.0f} ms"
+    p50, p95 = start["p50"], start["p95"]
+    if p50 is not None and p95 is not None:  # both or neither
+        head += f", start p50 {p50 * 1000:.0f} ms p95 {p95 * 1000:.0f} ms"
     if facts["pass_at_k"] is not None:
         head += f", scores are pass@{facts['pass_at_k']} per case"
     lines = [head]

@@ -20,12 +20,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
 
-from pytest_evalgate.aggregate.code import evalgate_case_scores, evalgate_sandbox_summary
+from pytest_evalgate.aggregate.code import (
+    EvalgateSandboxSummary,
+    evalgate_case_scores,
+    evalgate_sandbox_summary,
+)
 from pytest_evalgate.aggregate.contamination import evalgate_canary_identities
 from pytest_evalgate.aggregate.judged import evalgate_judge_overlay
 from pytest_evalgate.aggregate.suitecheck import evalgate_expectation
@@ -40,6 +44,7 @@ from pytest_evalgate.aggregate.table import (
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.store import (
     EvalgateIdentity,
+    EvalgateIdentityFields,
     EvalgateRecord,
     EvalgateStoreBackend,
     EvalgateStoreProblem,
@@ -101,6 +106,15 @@ class EvalgateRate:
         return EvalgateRate(self.passed + other.passed, self.scored + other.scored)
 
 
+class EvalgateFlip(TypedDict):
+    """A case whose pass flipped: its id, category and both sides' mean scores."""
+
+    case_id: str
+    category: str
+    baseline: float
+    candidate: float
+
+
 @dataclass
 class EvalgateAggregate:
     """The verified content of a store for one selection, and its status."""
@@ -114,11 +128,11 @@ class EvalgateAggregate:
     duplicates: int
     problems: list[EvalgateStoreProblem]
     rates: dict[str, dict[str, EvalgateRate]]
-    flipped: list[dict[str, Any]] = field(default_factory=list)
+    flipped: list[EvalgateFlip] = field(default_factory=list)
     canary_hits: int = 0
-    canary_identities: list[dict[str, Any]] = field(default_factory=list)
+    canary_identities: list[EvalgateIdentityFields] = field(default_factory=list)
     gate_input: EvalgateGateInput | None = None
-    sandbox: dict[str, Any] | None = None  # scorer: code (aggregate_code.py)
+    sandbox: EvalgateSandboxSummary | None = None  # scorer: code (aggregate_code.py)
 
 
 def evalgate_column_path(manifest: EvalgateManifest) -> bool:
@@ -164,7 +178,7 @@ def evalgate_aggregate(
         canary_hits=_canary_hits(manifest.canary, results.values()),
         canary_identities=evalgate_canary_identities(manifest.canary, results.values()),
     )
-    pass_at_k = manifest.evaluator.get("pass_at_k")
+    pass_at_k = manifest.evaluator.pass_at_k
     if manifest.sandbox is not None:
         aggregate.sandbox = evalgate_sandbox_summary(results.values(), errors, pass_at_k)
     if pair is not None and all(name in selection.candidates for name in pair):
@@ -354,7 +368,7 @@ def _paired_input(
     both sides and the candidate's passed flags."""
     cand, base, cand_passed = columns
     index = manifest.evalgate_case_index()
-    k = manifest.evaluator.get("pass_at_k")
+    k = manifest.evaluator.pass_at_k
     return EvalgateGateInput(
         case_ids=paired,
         categories=np.array([index[c].category for c in paired], dtype=str),
@@ -393,9 +407,10 @@ def _perf(
     }
 
 
-def _member(record: Mapping[str, Any], group: str, key: str) -> object:
+def _member(record: Mapping[str, object], group: str, key: str) -> object:
     # Tolerant: a hand-made store may leave a timing out; it is then no sample, not an error.
-    return (record.get(group) or {}).get(key)
+    members = record.get(group)
+    return members.get(key) if isinstance(members, Mapping) else None
 
 
 def _error_rates(
@@ -410,17 +425,17 @@ def _error_rates(
     return rates
 
 
-def _flipped(data: EvalgateGateInput) -> list[dict[str, Any]]:
+def _flipped(data: EvalgateGateInput) -> list[EvalgateFlip]:
     # One comparison over the arrays (a per-case loop of numpy scalars took ~10 ms at 10,000
     # cases, on the tail after the last answer); a NaN counts as below 0.5 either way.
     before = np.asarray(data.baseline_scores, dtype=np.float64)
     after = np.asarray(data.candidate_scores, dtype=np.float64)
     return [
-        {
-            "case_id": data.case_ids[i],
-            "category": str(data.categories[i]),
-            "baseline": float(before[i]),
-            "candidate": float(after[i]),
-        }
+        EvalgateFlip(
+            case_id=data.case_ids[i],
+            category=str(data.categories[i]),
+            baseline=float(before[i]),
+            candidate=float(after[i]),
+        )
         for i in np.flatnonzero((before >= 0.5) != (after >= 0.5)).tolist()
     ]

@@ -9,31 +9,49 @@ and reports each line that holds the canary, for ``evalgate canary-scan``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
+
+from pytest_evalgate.store.records import EvalgateIdentityFields, EvalgateRecord
 
 EVALGATE_CONTAMINATED = "contaminated: the model has seen this suite"
 _IDENTITIES_KEPT = 50
+
+
+class EvalgateContaminationRecord(TypedDict):
+    """The decision's ``contamination`` member."""
+
+    reason: str
+    canary_hits: int
+    identities: list[EvalgateIdentityFields]  # the first 50, sorted
+
+
 _CHUNK = 1 << 20
 
 
 def evalgate_canary_identities(
-    canary: str | None, records: Iterable[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+    canary: str | None, records: Iterable[EvalgateRecord]
+) -> list[EvalgateIdentityFields]:
     """The identities (as dicts, sorted) of the records whose output contains ``canary``."""
     if not canary:
         return []
-    hits = [dict(r["identity"]) for r in records if canary in (r.get("output") or "")]
+    hits = [
+        EvalgateIdentityFields(**r["identity"])
+        for r in records
+        if canary in (r.get("output") or "")
+    ]
     return sorted(hits, key=lambda i: (i["candidate"], i["case_id"], i["repetition"]))
 
 
-def evalgate_contaminated_verdict(verdict: str, identities: list[dict[str, Any]]) -> str:
+def evalgate_contaminated_verdict(verdict: str, identities: list[EvalgateIdentityFields]) -> str:
     """``fail`` when any identity leaked the canary, unless the store is ``invalid``."""
     return "fail" if identities and verdict != "invalid" else verdict
 
 
-def evalgate_contamination_record(identities: list[dict[str, Any]]) -> dict[str, Any]:
+def evalgate_contamination_record(
+    identities: list[EvalgateIdentityFields],
+) -> EvalgateContaminationRecord:
     """The decision's ``contamination`` member: the reason, the count, the first identities."""
     return {
         "reason": EVALGATE_CONTAMINATED,
@@ -42,7 +60,7 @@ def evalgate_contamination_record(identities: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def evalgate_contamination_note(identities: list[dict[str, Any]]) -> str:
+def evalgate_contamination_note(identities: list[EvalgateIdentityFields]) -> str:
     """One terminal line naming the leaking identities (the first five)."""
     names = [f"{i['candidate']}::{i['case_id']}[r{i['repetition']}]" for i in identities[:5]]
     more = f" and {len(identities) - 5} more" if len(identities) > 5 else ""

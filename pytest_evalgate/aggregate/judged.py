@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_evalgate.judge.agreement import (
     EvalgateAgreement,
@@ -334,8 +334,13 @@ def _agreement(
     )
 
 
-def evalgate_with_facts(gate_input: Any, facts: EvalgateJudgeFacts | None) -> Any:
-    """``gate_input`` carrying ``facts`` for the judge rules (unchanged when None)."""
+_Input = TypeVar("_Input")
+
+
+def evalgate_with_facts(gate_input: _Input, facts: EvalgateJudgeFacts | None) -> _Input:
+    """``gate_input`` (an ``aggregate.EvalgateGateInput``, or None) carrying ``facts`` for the
+    judge rules (unchanged when either is None)."""
     if facts is None or gate_input is None:
         return gate_input
-    return dataclasses.replace(gate_input, judge=facts)
+    data: Any = gate_input  # a frozen dataclass with a ``judge`` field (combine imports this)
+    return dataclasses.replace(data, judge=facts)  # type: ignore[no-any-return]

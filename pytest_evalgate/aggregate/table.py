@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from pytest_evalgate.store.records import EvalgateIdentityFields
 from pytest_evalgate.store.table import (
     EVALGATE_ERROR_ONLY,
     EVALGATE_NO_RECORD,
@@ -42,7 +42,7 @@ class EvalgateTableCounts:
     missing: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     rates: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    canary_identities: list[dict[str, Any]] = field(default_factory=list)
+    canary_identities: list[EvalgateIdentityFields] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def evalgate_table_counts(
     """Completed, missing, errors by category, rates by slice, the canary's identities."""
     out = EvalgateTableCounts()
     names = list(dict.fromkeys(candidates))
-    leaks: list[dict[str, Any]] = []
+    leaks: list[EvalgateIdentityFields] = []
     for name in names:
         table = tables[name]
         rows = _rows(table, case_ids)
@@ -120,12 +120,14 @@ def _leaks(
     rows: npt.NDArray[np.intp],
     done: npt.NDArray[np.bool_],
     revision: str,
-) -> list[dict[str, Any]]:
+) -> list[EvalgateIdentityFields]:
     if not table.canary:
         return []
     hits = np.argwhere(table.leaked[rows] & done)
     return [
-        {"candidate": name, "case_id": ids[i], "dataset_revision": revision, "repetition": int(r)}
+        EvalgateIdentityFields(
+            candidate=name, case_id=ids[i], dataset_revision=revision, repetition=int(r)
+        )
         for i, r in hits.tolist()
     ]
 

@@ -90,7 +90,7 @@ def _b64_forms(data: bytes, urlsafe: bool) -> tuple[str, str]:
 # --- statements ------------------------------------------------------------------------------
 
 
-def evalgate_refusal_reason(decision: Mapping[str, Any]) -> str | None:
+def evalgate_refusal_reason(decision: Mapping[str, object]) -> str | None:
     """Why ``decision`` must not be signed, or None when it may be (pass/fail, attestable)."""
     verdict = decision.get("verdict")
     if verdict not in EVALGATE_ATTESTABLE_VERDICTS:
@@ -103,7 +103,7 @@ def evalgate_refusal_reason(decision: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _weights_hex(decision: Mapping[str, Any]) -> str:
+def _weights_hex(decision: Mapping[str, object]) -> str:
     pins = _candidate(decision).get("pins")
     digest = pins.get("weights_digest") if isinstance(pins, Mapping) else None
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
@@ -116,14 +116,14 @@ def _weights_hex(decision: Mapping[str, Any]) -> str:
     return hex_part
 
 
-def _candidate(decision: Mapping[str, Any]) -> Mapping[str, Any]:
+def _candidate(decision: Mapping[str, object]) -> Mapping[str, Any]:
     candidate = decision.get("candidate")
     if not isinstance(candidate, Mapping):
         raise EvalgateSignatureError("the decision has no 'candidate' object")
     return candidate
 
 
-def _subject_name(decision: Mapping[str, Any]) -> str:
+def _subject_name(decision: Mapping[str, object]) -> str:
     candidate = _candidate(decision)
     for field in ("model", "key", "name"):
         value = candidate.get(field)
@@ -132,7 +132,7 @@ def _subject_name(decision: Mapping[str, Any]) -> str:
     raise EvalgateSignatureError("the decision's candidate has no model, key or name")
 
 
-def _plain_copy(value: Any, what: str) -> Any:
+def _plain_copy(value: object, what: str) -> Any:
     """A builtins deep copy through canonical JSON: what is signed is exactly what verifies."""
     try:
         return json.loads(evalgate_canonical_json(value))
@@ -141,7 +141,7 @@ def _plain_copy(value: Any, what: str) -> Any:
 
 
 def evalgate_statement(
-    decision: Mapping[str, Any], predicate_type: str = EVALGATE_PREDICATE_TYPE
+    decision: Mapping[str, object], predicate_type: str = EVALGATE_PREDICATE_TYPE
 ) -> dict[str, Any]:
     """The in-toto Statement v1 for ``decision``: subject = the candidate (model, else key,
     else name) with the sha256 of its weights digest; predicate = a copy of the decision.
@@ -158,7 +158,7 @@ def evalgate_statement(
     }
 
 
-def _check_statement(statement: Any) -> dict[str, Any]:
+def _check_statement(statement: object) -> dict[str, Any]:
     """Shape checks shared by signing and verifying; returns the statement."""
     if not isinstance(statement, dict) or statement.get("_type") != EVALGATE_STATEMENT_TYPE:
         raise EvalgateSignatureError(f"the payload is not an in-toto {EVALGATE_STATEMENT_TYPE}")
@@ -185,7 +185,7 @@ def _check_decision_statement(statement: dict[str, Any]) -> None:
 # --- sign and verify -------------------------------------------------------------------------
 
 
-def evalgate_sign(statement: Mapping[str, Any], private_key_pem_path: str) -> dict[str, Any]:
+def evalgate_sign(statement: Mapping[str, object], private_key_pem_path: str) -> dict[str, Any]:
     """A DSSE envelope over the canonical JSON of ``statement``, signed with ECDSA P-256 /
     SHA-256 (DER signature, standard base64). Decision statements are re-checked first."""
     plain = _check_statement(_plain_copy(statement, "the statement"))
@@ -199,7 +199,7 @@ def evalgate_sign(statement: Mapping[str, Any], private_key_pem_path: str) -> di
     }
 
 
-def evalgate_envelope_parts(envelope: Any) -> tuple[bytes, list[dict[str, Any]]]:
+def evalgate_envelope_parts(envelope: object) -> tuple[bytes, list[dict[str, Any]]]:
     """The decoded payload and signature list of a DSSE envelope with our payloadType."""
     if not isinstance(envelope, dict):
         raise EvalgateSignatureError("the envelope is not a JSON object")
@@ -217,7 +217,7 @@ def evalgate_envelope_parts(envelope: Any) -> tuple[bytes, list[dict[str, Any]]]
     return body, signatures
 
 
-def _verify_body(envelope: Any, public_key: ec.EllipticCurvePublicKey) -> bytes:
+def _verify_body(envelope: object, public_key: ec.EllipticCurvePublicKey) -> bytes:
     """The payload bytes when every signature claiming ``public_key``'s key id verifies.
 
     One failing signature under the trusted key id fails the envelope, even beside one that
@@ -253,7 +253,7 @@ def evalgate_parse_statement(body: bytes) -> dict[str, Any]:
     return _check_statement(statement)
 
 
-def evalgate_verify(envelope: Mapping[str, Any], public_key_pem_path: str) -> dict[str, Any]:
+def evalgate_verify(envelope: Mapping[str, object], public_key_pem_path: str) -> dict[str, Any]:
     """Verify a DSSE envelope against a PEM public key and return its in-toto statement.
 
     Raises :class:`EvalgateSignatureError` naming the reason (bad base64, wrong payloadType,
@@ -262,14 +262,14 @@ def evalgate_verify(envelope: Mapping[str, Any], public_key_pem_path: str) -> di
 
 
 def evalgate_verify_with_key(
-    envelope: Mapping[str, Any], public_key: ec.EllipticCurvePublicKey
+    envelope: Mapping[str, object], public_key: ec.EllipticCurvePublicKey
 ) -> dict[str, Any]:
     """:func:`evalgate_verify` with a loaded key (callers that verify many envelopes load the
     key once); same checks, same errors."""
     return evalgate_parse_statement(_verify_body(envelope, public_key))
 
 
-def evalgate_payload_sha256(envelope: Mapping[str, Any]) -> str:
+def evalgate_payload_sha256(envelope: Mapping[str, object]) -> str:
     """Hex sha256 of an envelope's decoded payload bytes: the id an override links to."""
     body, _ = evalgate_envelope_parts(envelope)
     return hashlib.sha256(body).hexdigest()
@@ -291,7 +291,7 @@ def evalgate_load_envelope(path: str) -> dict[str, Any]:
     return envelope
 
 
-def evalgate_check_beside(statement: Mapping[str, Any], envelope_path: str) -> str | None:
+def evalgate_check_beside(statement: Mapping[str, object], envelope_path: str) -> str | None:
     """The ``decision.json`` lying beside an envelope (a report folder) must be the signed
     decision; returns its path when there is one (and it is), None when there is none.
 
@@ -318,7 +318,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def evalgate_write_envelope(envelope: Mapping[str, Any], path: str) -> None:
+def evalgate_write_envelope(envelope: Mapping[str, object], path: str) -> None:
     """Write an envelope as canonical JSON plus a newline (every byte of the file matters)."""
     with open(path, "wb") as handle:
         handle.write(evalgate_canonical_json(envelope) + b"\n")

@@ -56,7 +56,7 @@ def evalgate_format_time(moment: datetime) -> str:
     return _aware(moment, "time").strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _unverified_statement(envelope: Mapping[str, Any]) -> dict[str, Any]:
+def _unverified_statement(envelope: Mapping[str, object]) -> dict[str, Any]:
     body, _ = evalgate_envelope_parts(envelope)
     return evalgate_parse_statement(body)
 
@@ -70,7 +70,7 @@ def _check_expiry(expires: datetime, now: datetime, max_days: int) -> None:
 
 
 def _override_predicate(
-    decision_envelope: Mapping[str, Any], approver: str, reason: str, issued: datetime
+    decision_envelope: Mapping[str, object], approver: str, reason: str, issued: datetime
 ) -> dict[str, Any]:
     decision = _unverified_statement(decision_envelope)
     if decision.get("predicateType") != EVALGATE_PREDICATE_TYPE:
@@ -98,7 +98,7 @@ def _required_text(value: str, what: str) -> str:
 
 
 def evalgate_override(
-    decision_envelope: Mapping[str, Any],
+    decision_envelope: Mapping[str, object],
     approver: str,
     reason: str,
     expires_at: str | datetime,
@@ -137,8 +137,8 @@ def evalgate_override(
 
 
 def evalgate_verify_override(
-    override_envelope: Mapping[str, Any],
-    decision_envelope: Mapping[str, Any],
+    override_envelope: Mapping[str, object],
+    decision_envelope: Mapping[str, object],
     public_key_pem_path: str,
     now: datetime | None = None,
     *,
@@ -174,7 +174,9 @@ def evalgate_check_override(
         _check_window(override["predicate"], _utc_now(now))
 
 
-def _check_link(predicate: dict[str, Any], decision: Mapping[str, Any], payload_hex: str) -> None:
+def _check_link(
+    predicate: Mapping[str, object], decision: Mapping[str, object], payload_hex: str
+) -> None:
     linked = predicate.get("decision")
     if not isinstance(linked, dict) or linked.get("payload_sha256") != payload_hex:
         raise EvalgateSignatureError("the override names another decision (payload sha256)")
@@ -182,7 +184,7 @@ def _check_link(predicate: dict[str, Any], decision: Mapping[str, Any], payload_
         raise EvalgateSignatureError("the override's subject is not the decision's subject")
 
 
-def _check_window(predicate: dict[str, Any], now: datetime) -> None:
+def _check_window(predicate: Mapping[str, object], now: datetime) -> None:
     try:
         issued = evalgate_parse_time(str(predicate.get("issued_at")), "issued_at")
         expires = evalgate_parse_time(str(predicate.get("expires_at")), "expires_at")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -98,7 +99,7 @@ def _payload(response: httpx.Response, url: str) -> dict[str, Any]:
     return data
 
 
-def _value(data: dict[str, Any], promql: str) -> float:
+def _value(data: Mapping[str, object], promql: str) -> float:
     kind, result = data.get("resultType"), data.get("result")
     if kind == "scalar" and isinstance(result, list):
         return float(result[1])

@@ -128,8 +128,8 @@ def _case_prompts(manifest: EvalgateManifest) -> list[Any]:
     return [case.evalgate_prompt_json() for case in manifest.cases]
 
 
-def _case_body(manifest: EvalgateManifest, prompt: Any) -> dict[str, Any]:
-    body: dict[str, Any] = dict(manifest.generation)
+def _case_body(manifest: EvalgateManifest, prompt: object) -> dict[str, Any]:
+    body: dict[str, Any] = manifest.generation.evalgate_request_fields()
     body["prompt" if isinstance(prompt, str) else "messages"] = prompt
     return body
 

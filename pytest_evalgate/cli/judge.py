@@ -89,14 +89,12 @@ def _number(value: float | None) -> str:
 
 
 def _rejudge(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.policy.load import evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy
     from pytest_evalgate.runner.rejudge import evalgate_rejudge
 
     backend, manifest = _load(args)
     policy = evalgate_load_suite_policy(manifest, None)
-    done = evalgate_rejudge(
-        backend, manifest, evalgate_pair(manifest, policy), request_log=args.request_log
-    )
+    done = evalgate_rejudge(backend, manifest, policy.pair, request_log=args.request_log)
     progress = done.progress
     print(f"judge key {manifest.judged.key[:16]}: {done.answers} stored answers, "
           f"{done.golden} golden rows")  # fmt: skip

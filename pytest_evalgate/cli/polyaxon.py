@@ -115,8 +115,8 @@ def _read(paths: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
 
 
 def _load(path: str) -> dict[str, Any]:
-    from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
+    from pytest_evalgate.errors import EvalgateConfigError, EvalgateYamlError
+    from pytest_evalgate.formats.yamlread import evalgate_load_yaml
 
     with open(path, encoding="utf-8") as handle:
         text = handle.read()

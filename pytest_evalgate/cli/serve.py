@@ -47,7 +47,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.simulated import evalgate_sim_serve
+    from pytest_evalgate.simulated.server import evalgate_sim_serve
 
     config = evalgate_serve_config(args)
     evalgate_sim_serve(config, args.answers, args.request_log, args.port, args.parent_pid, _ready)

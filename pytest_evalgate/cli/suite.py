@@ -77,14 +77,14 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     from pytest_evalgate.decision.decide import evalgate_decide
     from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.perf.phase import evalgate_perf_phase
-    from pytest_evalgate.policy.load import evalgate_load_suite_policy, evalgate_pair
+    from pytest_evalgate.policy.load import evalgate_load_suite_policy
     from pytest_evalgate.store import evalgate_open_store
 
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     policy = evalgate_load_suite_policy(manifest, _policy_path(manifest, args))
     selection = EvalgateSelection(tuple(manifest.candidates), _case_ids(manifest, args.tier))
     backend = evalgate_open_store(args.store)
-    perf = evalgate_perf_phase(backend, manifest, None, evalgate_pair(manifest, policy))
+    perf = evalgate_perf_phase(backend, manifest, None, policy.pair)
     return evalgate_decide(
         backend, manifest, selection, policy,
         report_dir=args.report, sign_key=args.sign_key, perf=perf, tier=args.tier,
@@ -95,12 +95,9 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
 def _policy_path(manifest: EvalgateManifest, args: argparse.Namespace) -> str | None:
     """``--policy``, else the tier's own policy (when ``--tier`` names one), else None
     (gate.yaml): the same choice as ``--evalgate-tier`` in a pytest run."""
-    from pytest_evalgate.manifest.tiers import evalgate_tier_policy, evalgate_tier_spec
+    from pytest_evalgate.manifest.tiers import evalgate_chosen_policy
 
-    if args.policy is not None or args.tier is None:
-        return args.policy  # type: ignore[no-any-return]
-    spec = evalgate_tier_spec(manifest.tiers, args.tier, manifest.path)
-    return evalgate_tier_policy(spec, manifest.suite_dir)
+    return evalgate_chosen_policy(manifest, args.policy, args.tier)
 
 
 def _case_ids(manifest: EvalgateManifest, tier: str | None) -> tuple[str, ...]:

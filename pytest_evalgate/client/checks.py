@@ -24,8 +24,8 @@ import email.utils
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 EVALGATE_CHARS_PER_TOKEN = 32
 EVALGATE_BYTES_PER_TOKEN = 1024
@@ -58,7 +58,7 @@ class EvalgateCaps:
         return f"max_tokens {self.max_tokens} allows at most {self.text_chars} characters"
 
 
-def evalgate_caps(body: dict[str, Any], request_bytes: int) -> EvalgateCaps:
+def evalgate_caps(body: Mapping[str, object], request_bytes: int) -> EvalgateCaps:
     """The caps of a request whose generation settings are ``body``."""
     limit = body.get("max_tokens", body.get("max_completion_tokens"))
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
@@ -123,11 +123,11 @@ def evalgate_error_detail(raw: bytes) -> tuple[str, str | None, str | None]:
     return str(obj)[:200], None, None
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def evalgate_retry_hint(headers: Any, *, rate_limited: bool) -> float:
+def evalgate_retry_hint(headers: Mapping[str, str], *, rate_limited: bool) -> float:
     """The server's lower bound on the wait before a retry, in seconds (0 when it gives none).
 
     ``headers`` is a case-insensitive mapping. ``Retry-After`` (delta seconds or an HTTP date)

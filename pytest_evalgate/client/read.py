@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -144,7 +145,7 @@ class EvalgateSse:
                 self.chunks += self.take(evalgate_loads(payload), now)
         return self.finished
 
-    def take(self, obj: dict[str, Any], now: float) -> int:
+    def take(self, obj: Mapping[str, object], now: float) -> int:
         """Fold one chunk in; return 1 if it carried choices."""
         if "error" in obj:
             raise evalgate_error_in_200(obj)
@@ -181,7 +182,7 @@ async def _read_capped(response: EvalgateHttpResponse, caps: EvalgateCaps) -> by
     return b"".join(parts)
 
 
-def evalgate_error_in_200(obj: dict[str, Any]) -> EvalgateAnswerError:
+def evalgate_error_in_200(obj: Mapping[str, object]) -> EvalgateAnswerError:
     """The error a 200 carried (vLLM sends one on an engine failure), with the server's words."""
     error = obj.get("error")
     text = error.get("message", error) if isinstance(error, dict) else error
@@ -199,18 +200,18 @@ def evalgate_loads(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _first_choice(obj: dict[str, Any]) -> dict[str, Any] | None:
+def _first_choice(obj: Mapping[str, object]) -> dict[str, Any] | None:
     choices = obj.get("choices")
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
     return None
 
 
-def _take_usage(usage: Any, done: EvalgateAttempt) -> None:
+def _take_usage(usage: object, done: EvalgateAttempt) -> None:
     if isinstance(usage, dict):
         done.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
         done.completion_tokens = _int_or_none(usage.get("completion_tokens"))
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None

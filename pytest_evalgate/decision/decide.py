@@ -14,11 +14,12 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
-from pytest_evalgate.aggregate.code import evalgate_code_decision
+from pytest_evalgate.aggregate.code import evalgate_code_record
 from pytest_evalgate.aggregate.combine import (
     EvalgateAggregate,
+    EvalgateGateInput,
     EvalgateSelection,
     evalgate_aggregate,
 )
@@ -53,11 +54,7 @@ from pytest_evalgate.manifest.tiers import (
     evalgate_tier_spec,
 )
 from pytest_evalgate.perf.result import EvalgatePerfResult, evalgate_merge_perf
-from pytest_evalgate.policy.load import (
-    EvalgatePolicy,
-    evalgate_check_slices,
-    evalgate_pair,
-)
+from pytest_evalgate.policy.load import EvalgatePolicy, EvalgateSuitePolicy
 from pytest_evalgate.report import (
     EVALGATE_ENVELOPE_NAME,
     EvalgateReportContext,
@@ -71,6 +68,11 @@ from pytest_evalgate.report import (
     evalgate_replace_folder,
     evalgate_report_prefix,
     evalgate_write_report,
+)
+from pytest_evalgate.report.shape import (
+    EvalgateDecision,
+    EvalgateJudgeRecord,
+    EvalgatePerfPhaseRecord,
 )
 from pytest_evalgate.store import (
     EvalgateExpectation,
@@ -88,7 +90,7 @@ EVALGATE_STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 class EvalgateOutcome:
     """One suite's decision: the record, the exit status, and what was written."""
 
-    decision: dict[str, Any]
+    decision: EvalgateDecision
     exit_status: int
     written: tuple[str, ...]
     notes: tuple[str, ...]
@@ -98,7 +100,7 @@ def evalgate_decide(
     backend: EvalgateStoreBackend,
     manifest: EvalgateManifest,
     selection: EvalgateSelection,
-    policy: EvalgatePolicy,
+    policy: EvalgateSuitePolicy,
     *,
     report_dir: str | None = None,
     sign_key: str | None = None,
@@ -107,7 +109,8 @@ def evalgate_decide(
     report_text: bool = False,
     verified: EvalgateVerifiedSegments | None = None,
 ) -> EvalgateOutcome:
-    """Aggregate ``selection`` from the store, gate it with ``policy``, sign and report.
+    """Aggregate ``selection`` from the store, gate it with ``policy`` (checked against
+    ``manifest`` when it was loaded, ``policy.evalgate_check_policy``), sign and report.
 
     With ``perf`` (the load phase's result), perf rules are judged on its samples, measured over
     one window for both sides, instead of the eval requests' timings. With ``tier`` (a name of
@@ -117,7 +120,7 @@ def evalgate_decide(
     outputs; the decision record never holds them. ``verified``: the segments this process
     committed and verified as it went (``store.table``), replayed when their bytes are unchanged.
     """
-    pair = evalgate_pair(manifest, policy)
+    pair = policy.pair
     aggregate = evalgate_aggregate(backend, manifest, selection, pair, verified)
     if policy.baseline is None and aggregate.gate_input is not None:
         aggregate.gate_input = evalgate_single_view(aggregate.gate_input)
@@ -126,7 +129,7 @@ def evalgate_decide(
         aggregate.gate_input = evalgate_merge_perf(aggregate.gate_input, perf)
     judge = evalgate_judge_facts(backend, manifest, selection.case_ids, pair, seed=policy.seed)
     aggregate.gate_input = evalgate_with_facts(aggregate.gate_input, judge)
-    gate = _evaluate(manifest, policy, aggregate)
+    gate = _evaluate(policy, aggregate)
     status = "partial" if aggregate.partial and aggregate.status == "complete" else aggregate.status
     verdict = evalgate_verdict(status, gate.rules if gate else ())
     verdict = evalgate_contaminated_verdict(verdict, aggregate.canary_identities)
@@ -134,11 +137,17 @@ def evalgate_decide(
     if aggregate.canary_identities:
         decision["contamination"] = evalgate_contamination_record(aggregate.canary_identities)
     if tier_record is not None:
-        decision.update(tier=tier_record, attestable=False)
-    evalgate_code_decision(decision, aggregate.sandbox)  # scorer: code only
-    decision["perf_phase"] = None if perf is None else perf.to_dict(include_samples=False)
-    if judge is not None:
-        decision["judge"] = judge.evalgate_json()  # which judge decided (SPEC section 10)
+        decision["tier"] = tier_record
+        decision["attestable"] = False
+    if aggregate.sandbox is not None:  # scorer: code only; unsandboxed: never attestable
+        decision["sandbox"] = evalgate_code_record(aggregate.sandbox)
+        decision["attestable"] = decision["attestable"] and aggregate.sandbox["sandboxed"]
+    # The load phase's and the judge's blocks are built by their stages as builtins; the
+    # record's types name the keys the reports read of them.
+    phase = None if perf is None else perf.to_dict(include_samples=False)
+    decision["perf_phase"] = cast(EvalgatePerfPhaseRecord | None, phase)
+    if judge is not None:  # which judge decided (SPEC section 10)
+        decision["judge"] = cast(EvalgateJudgeRecord, judge.evalgate_json())
     publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
     written, notes = publish.run(decision)
     if aggregate.canary_identities:
@@ -149,13 +158,10 @@ def evalgate_decide(
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
 
 
-def _evaluate(
-    manifest: EvalgateManifest, policy: EvalgatePolicy, aggregate: EvalgateAggregate
-) -> EvalgateGateResult | None:
+def _evaluate(policy: EvalgatePolicy, aggregate: EvalgateAggregate) -> EvalgateGateResult | None:
     data = aggregate.gate_input
     if data is None or not data.case_ids:
         return None
-    evalgate_check_slices(manifest, policy)
     if aggregate.partial:
         return evalgate_evaluate(_selected_rules(policy, data), data)
     if aggregate.status != "complete":
@@ -170,7 +176,7 @@ def _tier(
     selection: EvalgateSelection,
     aggregate: EvalgateAggregate,
     name: str,
-) -> dict[str, Any]:
+) -> dict[str, str | float | int | bool]:
     """Judge completeness against the tier's cases (not the suite's); the decision's ``tier``."""
     spec = evalgate_tier_spec(manifest.tiers, name, manifest.path)
     members = {c.case_id for c in manifest.cases if evalgate_tier_member(spec, c.case_id)}
@@ -179,13 +185,13 @@ def _tier(
     return evalgate_tier_record(name, spec, len(members), len(manifest.cases))
 
 
-def _held_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:
+def _held_rules(policy: EvalgatePolicy, data: EvalgateGateInput) -> EvalgatePolicy:
     present = {str(value) for value in data.categories}
     rules = tuple(rule for rule in policy.rules if rule.slice in (None, "*", "all", *present))
     return dataclasses.replace(policy, rules=rules)
 
 
-def _selected_rules(policy: EvalgatePolicy, data: Any) -> EvalgatePolicy:
+def _selected_rules(policy: EvalgatePolicy, data: EvalgateGateInput) -> EvalgatePolicy:
     # A partial selection is gated over the rules it covers: slices of the selected categories
     # ("*" expands to those), and perf and error-rate rules; "all" is not all of a subset.
     # Perf rules judge the deployment as a whole and are left out of a partial verdict.
@@ -208,7 +214,7 @@ class _Publish:
     sign_key: str | None
     report_text: bool
 
-    def run(self, decision: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def run(self, decision: EvalgateDecision) -> tuple[tuple[str, ...], tuple[str, ...]]:
         notes: list[str] = []
         if not self.report_dir:
             _status, envelope = self._sign(decision, notes, ".")
@@ -233,7 +239,7 @@ class _Publish:
         return tuple(written), tuple(notes)
 
     def _sign(
-        self, decision: dict[str, Any], notes: list[str], folder: str
+        self, decision: EvalgateDecision, notes: list[str], folder: str
     ) -> tuple[EvalgateSignatureStatus, str | None]:
         if not self.sign_key:
             return EvalgateSignatureStatus("unsigned"), None
@@ -250,7 +256,7 @@ class _Publish:
     def _report(
         self,
         folder: str,
-        decision: dict[str, Any],
+        decision: EvalgateDecision,
         status: EvalgateSignatureStatus,
         notes: list[str],
         summary: list[str],
@@ -264,8 +270,8 @@ class _Publish:
         return written, kept
 
     def _history(
-        self, decision: dict[str, Any], notes: list[str]
-    ) -> tuple[dict[str, Any] | None, str | None]:
+        self, decision: EvalgateDecision, notes: list[str]
+    ) -> tuple[EvalgateDecision | None, str | None]:
         """The last decision kept for this suite, then keep this one (a store that cannot
         take the copy costs the next report its comparison, not this run its verdict);
         returns it and the store path of this decision's copy."""
@@ -290,15 +296,18 @@ class _Publish:
 
 
 def _case_texts(
-    backend: EvalgateStoreBackend, manifest: EvalgateManifest, decision: dict[str, Any]
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, decision: EvalgateDecision
 ) -> dict[str, dict[str, str]]:
     """Input, target and both outputs (first repetition with one) of the flipped cases."""
     ids = [flip["case_id"] for flip in decision["flipped"]["cases"]]
     index = manifest.evalgate_case_index()
     outputs = {
-        role: _outputs(backend, manifest, str(decision[role]["name"]), set(ids))
-        for role in ("candidate", "baseline")
-        if decision.get(role)
+        role: _outputs(backend, manifest, side["name"], set(ids))
+        for role, side in (
+            ("candidate", decision.get("candidate")),
+            ("baseline", decision.get("baseline")),
+        )
+        if side
     }
     return {
         case_id: {

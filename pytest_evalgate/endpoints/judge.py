@@ -50,8 +50,8 @@ class EvalgateJudgeEndpoints:
             model=judge.model,
             api="chat",
             api_key=_api_key(manifest, judge.api_key_env),
-            timeout_s=float(budget["timeout_s"]),
-            max_attempts=int(budget["max_attempts"]),
+            timeout_s=budget.timeout_s,
+            max_attempts=budget.max_attempts,
             stream=False,
         )
 

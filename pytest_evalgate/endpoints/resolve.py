@@ -76,8 +76,8 @@ class EvalgateEndpointPool:
             model=candidate.model,
             api=manifest.api,
             api_key=_api_key(manifest, candidate),
-            timeout_s=float(manifest.budget["timeout_s"]),
-            max_attempts=int(manifest.budget["max_attempts"]),
+            timeout_s=manifest.budget.timeout_s,
+            max_attempts=manifest.budget.max_attempts,
             stream=manifest.stream,
         )
 

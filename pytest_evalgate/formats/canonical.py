@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 
-def evalgate_canonical_json(obj: Any) -> bytes:
+def evalgate_canonical_json(obj: object) -> bytes:
     """Serialise ``obj`` as canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
     text = json.dumps(
         obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -15,7 +14,7 @@ def evalgate_canonical_json(obj: Any) -> bytes:
     return text.encode("utf-8")
 
 
-def evalgate_sha256_hex(obj: Any) -> str:
+def evalgate_sha256_hex(obj: object) -> str:
     """Hex sha256 of the canonical JSON of ``obj``."""
     return hashlib.sha256(evalgate_canonical_json(obj)).hexdigest()
 

@@ -14,21 +14,11 @@ from typing import Any
 
 import yaml
 
-from pytest_evalgate.errors import EvalgateError
+# EvalgateYamlError is defined in the one tree and re-exported here for the readers' callers.
+from pytest_evalgate.errors import EvalgateYamlError as EvalgateYamlError
 
 EVALGATE_YAML_MAX_NODES = 200_000
 """Most scalars plus containers a manifest or policy may expand to (aliases counted each use)."""
-
-
-class EvalgateYamlError(EvalgateError):
-    """The document is not acceptable YAML; ``reason`` says why (with its line when known).
-
-    Internal to the readers: the manifest and policy loaders turn it into their configuration
-    error naming the file."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
 
 
 class _EvalgateLoader(yaml.SafeLoader):
@@ -48,7 +38,7 @@ class _EvalgateLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _hashable(value: Any) -> bool:
+def _hashable(value: object) -> bool:
     try:
         hash(value)
     except TypeError:
@@ -67,7 +57,7 @@ def evalgate_load_yaml(text: str, max_nodes: int = EVALGATE_YAML_MAX_NODES) -> A
     return value
 
 
-def _check_size(value: Any, max_nodes: int) -> None:
+def _check_size(value: object, max_nodes: int) -> None:
     # Iterative, with a budget: an alias bomb is refused after max_nodes steps, not after 9**9.
     stack = [value]
     count = 0

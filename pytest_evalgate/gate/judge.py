@@ -18,44 +18,66 @@ Contracts
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Protocol
 
-from pytest_evalgate.judge.pairwise import evalgate_net_win_rate, evalgate_pairwise_slice
+from pytest_evalgate.gate.numbers import EvalgateRuleNumbers
+from pytest_evalgate.judge.agreement import EvalgateAgreement
+from pytest_evalgate.judge.pairwise import (
+    EvalgatePairwiseCases,
+    evalgate_net_win_rate,
+    evalgate_pairwise_slice,
+)
+from pytest_evalgate.policy.load import evalgate_bound
 from pytest_evalgate.stats import EvalgateSeed
 
 EVALGATE_JUDGE_RULES = ("pairwise", "judge_agreement")
 
 
+class EvalgateJudgeFactsLike(Protocol):
+    """What the judge rules read: the attributes of ``aggregate.judged.EvalgateJudgeFacts``."""
+
+    @property
+    def judge(self) -> Mapping[str, object]: ...
+    @property
+    def pairwise(self) -> EvalgatePairwiseCases | None: ...
+    @property
+    def agreement(self) -> EvalgateAgreement | None: ...
+    @property
+    def agreement_reason(self) -> str: ...
+
+
 def evalgate_judge_rule(
     kind: str,
     target: str,
-    threshold: float,
-    facts: Any,
+    limit: float,
+    facts: EvalgateJudgeFactsLike | None,
     *,
     confidence: float,
     resamples: int,
     seed: EvalgateSeed,
-) -> dict[str, Any]:
-    """The numbers, pass and reason of one judge rule (see the module contract)."""
+) -> EvalgateRuleNumbers:
+    """The numbers, pass and reason of one judge rule (see the module contract); ``limit`` is
+    the rule's ``margin`` or ``min_kappa`` as gate.yaml writes it."""
     if facts is None:
         return _not_evaluated("not evaluated: the suite has no judged results")
     if kind == "pairwise":
-        return _pairwise(target, threshold, facts, confidence, resamples, seed)
-    return _agreement(threshold, facts)
+        return _pairwise(target, limit, facts, confidence, resamples, seed)
+    return _agreement(limit, facts)
 
 
-def _not_evaluated(reason: str) -> dict[str, Any]:
+def _not_evaluated(reason: str) -> EvalgateRuleNumbers:
     return {"passed": False, "evaluated": False, "reason": reason}
 
 
 def _pairwise(
     target: str,
     margin: float,
-    facts: Any,
+    facts: EvalgateJudgeFactsLike,
     confidence: float,
     resamples: int,
     seed: EvalgateSeed,
-) -> dict[str, Any]:
+) -> EvalgateRuleNumbers:
     cases = facts.pairwise
     if cases is None:
         return _not_evaluated("not evaluated: no pair judged in both orders")
@@ -65,24 +87,25 @@ def _pairwise(
         reason = f"not evaluated: {clusters} cluster(s); an interval needs at least 2"
         return {**_not_evaluated(reason), "n_cases": len(sliced.case_ids), "n_clusters": clusters}
     rate = evalgate_net_win_rate(sliced, resamples, seed, confidence)
-    passed = rate.lo > -margin
+    bound = evalgate_bound("pairwise", margin)
+    passed = rate.lo > bound
     why = f"net win rate {rate.estimate:+.4f}, lower bound {rate.lo:+.4f}"
-    verdict = f"passes: {why} > {-margin:+.4f}" if passed else f"fails: {why} <= {-margin:+.4f}"
+    verdict = f"passes: {why} > {bound:+.4f}" if passed else f"fails: {why} <= {bound:+.4f}"
     return {
         "passed": passed, "reason": f"{verdict} (judge {_judge_name(facts)})",
         "n_cases": rate.cases, "n_clusters": clusters, "estimate": rate.estimate,
-        "lo": rate.lo, "hi": rate.hi, "threshold": -margin,
+        "lo": rate.lo, "hi": rate.hi, "limit": margin,
     }  # fmt: skip
 
 
-def _agreement(min_kappa: float, facts: Any) -> dict[str, Any]:
+def _agreement(min_kappa: float, facts: EvalgateJudgeFactsLike) -> EvalgateRuleNumbers:
     agreement = facts.agreement
     name = _judge_name(facts)
     if agreement is None:
         return _not_evaluated(f"not evaluated: judge {name}: {facts.agreement_reason}")
-    numbers = {
+    numbers: EvalgateRuleNumbers = {
         "n_cases": agreement.n, "estimate": agreement.kappa, "lo": agreement.lo,
-        "hi": agreement.hi, "threshold": min_kappa,
+        "hi": agreement.hi, "limit": min_kappa,
     }  # fmt: skip
     lo = agreement.lo
     if math.isfinite(lo) and lo >= min_kappa:
@@ -96,6 +119,6 @@ def _agreement(min_kappa: float, facts: Any) -> dict[str, Any]:
     return {**numbers, "passed": False, "reason": reason}
 
 
-def _judge_name(facts: Any) -> str:
+def _judge_name(facts: EvalgateJudgeFactsLike) -> str:
     judge = facts.judge
     return f"{judge['model']} ({judge['revision']}, key {str(judge['key'])[:12]})"

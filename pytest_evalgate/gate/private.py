@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate import stats
+from pytest_evalgate.gate.numbers import EvalgateRuleNumbers
 from pytest_evalgate.stats import EvalgateSeed
 
 
@@ -48,8 +48,8 @@ def _sub_seed(seed: EvalgateSeed, stream: int) -> list[int]:
     return [*base, stream]
 
 
-def _not_evaluated(reason: str, **numbers: Any) -> dict[str, Any]:
-    return {"passed": False, "evaluated": False, "reason": reason, **numbers}
+def _not_evaluated(reason: str, counts: EvalgateRuleNumbers) -> EvalgateRuleNumbers:
+    return {**counts, "passed": False, "evaluated": False, "reason": reason}
 
 
 def evalgate_gap_rule(
@@ -63,7 +63,7 @@ def evalgate_gap_rule(
     confidence: float,
     resamples: int,
     seed: EvalgateSeed,
-) -> dict[str, Any]:
+) -> EvalgateRuleNumbers:
     """The numbers, pass and reason of one ``public_private_gap`` rule (see the module contract).
 
     ``diffs``, ``categories`` and ``clusters`` are per paired case (candidate minus baseline).
@@ -73,24 +73,24 @@ def evalgate_gap_rule(
     clus = np.asarray(clusters).astype(str)
     groups = [_group(d, cats, clus, names) for names in (public, private)]
     sizes = [int(np.unique(c).size) for _, c in groups]
-    counts = {
+    counts: EvalgateRuleNumbers = {
         "n_cases": sum(v.size for v, _ in groups),
         "n_clusters": sum(sizes),
-        "threshold": max_gap,
+        "limit": max_gap,
     }
     if min(sizes) < 2:
         which = "public" if sizes[0] < 2 else "private"
         reason = f"not evaluated: {min(sizes)} {which} cluster(s); an interval needs at least 2"
-        return _not_evaluated(reason, **counts)
+        return _not_evaluated(reason, counts)
     boot = _boot_gap(groups, resamples, seed)
     estimate = float(groups[0][0].mean() - groups[1][0].mean())
     lo, hi = stats.evalgate_percentile_interval(boot, confidence)
     se, dof = _gap_se(groups)
     t_lo, t_hi = stats.evalgate_t_interval(estimate, se, dof, confidence)
-    numbers = {
+    numbers: EvalgateRuleNumbers = {
         **counts, "estimate": estimate, "lo": lo, "hi": hi, "se": se, "t_lo": t_lo, "t_hi": t_hi,
     }  # fmt: skip
-    return {**numbers, **_verdict(numbers, public, private, confidence)}
+    return {**numbers, **_verdict(numbers, max_gap, public, private, confidence)}
 
 
 def _group(
@@ -140,9 +140,13 @@ def _gap_se(
 
 
 def _verdict(
-    numbers: dict[str, Any], public: Sequence[str], private: Sequence[str], confidence: float
-) -> dict[str, Any]:
-    est, lo, hi, max_gap = numbers["estimate"], numbers["lo"], numbers["hi"], numbers["threshold"]
+    numbers: EvalgateRuleNumbers,
+    max_gap: float,
+    public: Sequence[str],
+    private: Sequence[str],
+    confidence: float,
+) -> EvalgateRuleNumbers:
+    est, lo, hi = numbers["estimate"], numbers["lo"], numbers["hi"]
     where = f"public {'+'.join(public)} vs private {'+'.join(private)}"
     if hi <= max_gap:
         reason = f"passes: gap {est:+.4f} ({where}), upper bound {hi:+.4f} <= {max_gap}"

@@ -47,7 +47,9 @@ from pytest_evalgate.policy.load import (
     EVALGATE_VERDICTS,
     EvalgatePolicy,
     EvalgateRule,
+    evalgate_bound,
     evalgate_policy_digest,
+    evalgate_unknown_category,
 )
 
 # --------------------------------------------------------------------------- gate input
@@ -87,10 +89,12 @@ class EvalgateRuleResult:
 
     ``lo``/``hi`` are the decision interval (cluster bootstrap percentiles for quality rules,
     exact Clopper-Pearson bounds for floors, bootstrap for perf ratios); ``t_lo``/``t_hi`` the
-    clustered-SE t interval reported beside it. ``threshold`` is the decision boundary
-    (``-margin`` for non_inferior, ``1 - confidence`` for no_regression's p-value). ``p_value`` is
-    the one-sided bootstrap p for a drop (quality rules), ``p_adjusted`` its corrected value
-    (no_regression only).
+    clustered-SE t interval reported beside it. ``limit`` is the rule's number as gate.yaml
+    writes it, sign included (``policy.EvalgateRule.limit``: a margin stays positive), or
+    ``1 - confidence`` for no_regression's p-value; ``policy.evalgate_bound`` turns it into the
+    boundary on the estimate's scale (decision.json's ``threshold``, built in
+    ``report.record``). ``p_value`` is the one-sided bootstrap p for a drop (quality rules),
+    ``p_adjusted`` its corrected value (no_regression only).
     """
 
     name: str
@@ -108,12 +112,13 @@ class EvalgateRuleResult:
     se: float = math.nan
     t_lo: float = math.nan
     t_hi: float = math.nan
-    threshold: float = math.nan
+    limit: float = math.nan
     p_value: float = math.nan
     p_adjusted: float = math.nan
 
-    def to_dict(self) -> dict[str, Any]:
-        """Builtins only; non-finite floats become None so canonical JSON accepts them."""
+    def to_dict(self) -> dict[str, str | float | bool | None]:
+        """The result's own fields as builtins (``limit``, not decision.json's ``threshold``);
+        non-finite floats become None so canonical JSON accepts them."""
         return {key: _finite_or_none(value) for key, value in dataclasses.asdict(self).items()}
 
 
@@ -134,7 +139,8 @@ class EvalgateGateResult:
         return all(result.passed for result in self.rules)
 
     def to_dict(self) -> dict[str, Any]:
-        """Builtins only, for decision.json and JUnit properties."""
+        """Builtins of the results' own fields (decision.json's rules are built, with their
+        ``threshold``, by ``report.record``)."""
         return {
             "policy_version": self.policy_version,
             "policy_digest": self.policy_digest,
@@ -146,7 +152,7 @@ class EvalgateGateResult:
         }
 
 
-def _finite_or_none(value: Any) -> Any:
+def _finite_or_none(value: str | float | bool | None) -> str | float | bool | None:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -202,9 +208,9 @@ def _targets(rule: EvalgateRule, categories: list[str], source: str) -> list[str
         return [str(rule.metric)]
     if rule.slice == "*":
         return categories
-    if rule.slice == "all" or rule.slice in categories:
+    reason = None if rule.slice == "all" else evalgate_unknown_category(rule.slice, categories)
+    if reason is None:
         return [rule.slice]
-    reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(categories)}"
     raise EvalgatePolicyError(source, f"rules[{rule.index}].slice", reason)
 
 
@@ -335,21 +341,21 @@ def _quality(item: _Expanded, policy: EvalgatePolicy, data: _Slice) -> EvalgateR
         p_value=stats.evalgate_bootstrap_pvalue_drop(boot),
     )  # fmt: skip
     if item.rule.rule == "no_regression":
-        return dataclasses.replace(numbers, threshold=1.0 - policy.confidence)
+        return dataclasses.replace(numbers, limit=1.0 - policy.confidence)
     return _bound_rule(numbers, item.rule, policy.confidence)
 
 
 def _bound_rule(
     result: EvalgateRuleResult, rule: EvalgateRule, confidence: float
 ) -> EvalgateRuleResult:
-    threshold = float(rule.threshold or 0.0)
-    bound = -threshold if rule.rule == "non_inferior" else threshold
+    limit = float(rule.limit or 0.0)
+    bound = evalgate_bound(rule.rule, limit)
     passed = result.lo > bound
     if passed:
         reason = f"passes: lower bound {result.lo:+.4f} > {bound:+.4f}"
     else:
         reason = _quality_failure(result, bound, confidence)
-    return dataclasses.replace(result, threshold=bound, passed=passed, reason=reason)
+    return dataclasses.replace(result, limit=limit, passed=passed, reason=reason)
 
 
 def _quality_failure(result: EvalgateRuleResult, bound: float, confidence: float) -> str:
@@ -402,8 +408,8 @@ def _floor(
     one_sided = (1.0 + policy.confidence) / 2.0
     lo = stats.evalgate_clopper_pearson_lower(k, n, one_sided)
     hi = stats.evalgate_clopper_pearson_upper(k, n, one_sided)
-    max_rate = float(item.rule.threshold or 0.0)
-    numbers = dataclasses.replace(base, estimate=k / n, lo=lo, hi=hi, threshold=max_rate)
+    max_rate = float(item.rule.limit or 0.0)
+    numbers = dataclasses.replace(base, estimate=k / n, lo=lo, hi=hi, limit=max_rate)
     if hi <= max_rate:
         return dataclasses.replace(
             numbers,
@@ -414,9 +420,9 @@ def _floor(
 
 
 def _floor_failure(k: int, n: int, result: EvalgateRuleResult, one_sided: float) -> str:
-    if result.lo > result.threshold:
+    if result.lo > result.limit:
         return f"regression: failure rate {k}/{n} is above max_rate (lower bound {result.lo:.4f})"
-    needed = stats.evalgate_floor_cases_needed(k, n, result.threshold, one_sided)
+    needed = stats.evalgate_floor_cases_needed(k, n, result.limit, one_sided)
     if needed is None:
         rate = f"{k}/{n} failed, not below max_rate"
         return f"too little evidence: {rate}; more cases at this rate would not pass"
@@ -435,7 +441,7 @@ def _judge(
     numbers = evalgate_judge_rule(
         item.rule.rule,
         item.target,
-        float(item.rule.threshold or 0.0),
+        float(item.rule.limit or 0.0),
         getattr(gate_input, "judge", None),
         confidence=policy.confidence,
         resamples=policy.resamples,
@@ -451,13 +457,21 @@ def _gap(
     numbers = evalgate_gap_rule(
         cand - np.asarray(gate_input.baseline_scores, dtype=np.float64),
         gate_input.categories, gate_input.clusters, item.rule.public, item.rule.private,
-        float(item.rule.threshold or 0.0), confidence=policy.confidence,
+        float(item.rule.limit or 0.0), confidence=policy.confidence,
         resamples=policy.resamples, seed=_seed(policy.seed, item.name),
     )  # fmt: skip
     return dataclasses.replace(_base(item), metric=None, **numbers)
 
 
-def _base(item: _Expanded, **numbers: Any) -> EvalgateRuleResult:
+def _base(
+    item: _Expanded,
+    *,
+    n_cases: int = 0,
+    n_clusters: int = 0,
+    estimate: float = math.nan,
+    limit: float = math.nan,
+) -> EvalgateRuleResult:
+    """A result of ``item`` that has not passed yet, with its counts (and estimate, limit)."""
     is_slice = item.rule.slice is not None
     return EvalgateRuleResult(
         name=item.name,
@@ -466,7 +480,10 @@ def _base(item: _Expanded, **numbers: Any) -> EvalgateRuleResult:
         reason="",
         slice=item.target if is_slice else None,
         metric=None if is_slice else item.target,
-        **numbers,
+        n_cases=n_cases,
+        n_clusters=n_clusters,
+        estimate=estimate,
+        limit=limit,
     )
 
 
@@ -476,8 +493,8 @@ def _perf(
     metric, _, level = item.target.rpartition("_")
     cand, base_samples = gate_input.perf.get(metric, (np.empty(0), np.empty(0)))
     cand, base_samples = np.asarray(cand, np.float64), np.asarray(base_samples, np.float64)
-    max_ratio = float(item.rule.threshold or 0.0)
-    base = _base(item, n_cases=int(cand.size), threshold=max_ratio)
+    max_ratio = float(item.rule.limit or 0.0)
+    base = _base(item, n_cases=int(cand.size), limit=max_ratio)
     if cand.size == 0 or base_samples.size == 0:
         counts = f"candidate {cand.size}, baseline {base_samples.size}"
         reason = f"not evaluated: no {metric} samples ({counts})"
@@ -498,13 +515,13 @@ def _perf(
 def _perf_failure(
     result: EvalgateRuleResult, boot: npt.NDArray[np.float64], confidence: float
 ) -> str:
-    if result.lo > result.threshold:
-        return f"regression: ratio lower bound {result.lo:.4f} > max_ratio {result.threshold}"
+    if result.lo > result.limit:
+        return f"regression: ratio lower bound {result.lo:.4f} > max_ratio {result.limit}"
     logs = np.log(boot[np.isfinite(boot) & (boot > 0)])
     if logs.size < 2 or not (math.isfinite(result.estimate) and result.estimate > 0):
         return _more_cases(None, result.n_cases, "samples")
     variance = float(np.var(logs)) * result.n_cases  # the log-ratio SE scales as 1/sqrt(n)
-    delta = math.log(result.estimate) - math.log(result.threshold)
+    delta = math.log(result.estimate) - math.log(result.limit)
     return _more_cases(
         stats.evalgate_cases_needed(variance, delta, confidence), result.n_cases, "samples"
     )
@@ -513,10 +530,10 @@ def _perf_failure(
 def _max_delta(
     item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
-    max_delta = float(item.rule.threshold or 0.0)
+    max_delta = float(item.rule.limit or 0.0)
     cand = _rate(gate_input.error_rates, policy.candidate, "candidate")
     base_rate = _rate(gate_input.error_rates, str(policy.baseline), "baseline")
-    base = _base(item, threshold=max_delta)
+    base = _base(item, limit=max_delta)
     if cand is None or base_rate is None:
         return dataclasses.replace(
             base, evaluated=False, reason="not evaluated: no expected identities"
@@ -541,16 +558,16 @@ def _rate(rates: Mapping[str, tuple[int, int]], name: str, role: str) -> float |
 def _single(
     item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
-    threshold = float(item.rule.threshold or 0.0)
+    limit = float(item.rule.limit or 0.0)
     if item.rule.rule == "max_rate":
         errored, expected = gate_input.error_rates.get("candidate", (0, 0))
-        return dataclasses.replace(_base(item), **evalgate_max_rate(errored, expected, threshold))
+        return dataclasses.replace(_base(item), **evalgate_max_rate(errored, expected, limit))
     mask = _slice_mask(gate_input, item.target)
     trials = int(np.asarray(gate_input.candidate_trials)[mask].sum())
     passed = trials - int(np.asarray(gate_input.candidate_fail_counts)[mask].sum())
     clusters = np.unique(np.asarray(gate_input.clusters).astype(str)[mask]).size
     base = _base(item, n_cases=int(mask.sum()), n_clusters=clusters)
-    numbers = evalgate_min_rate(passed, trials, threshold, policy.confidence)
+    numbers = evalgate_min_rate(passed, trials, limit, policy.confidence)
     return dataclasses.replace(base, **numbers)
 
 

@@ -18,11 +18,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pytest_evalgate import stats
+from pytest_evalgate.gate.numbers import EvalgateRuleNumbers
 
 
 def evalgate_min_rate(
     passed: int, trials: int, minimum: float, confidence: float
-) -> dict[str, Any]:
+) -> EvalgateRuleNumbers:
     """Numbers of a ``min_rate`` rule: ``passed`` of ``trials`` cases, two-sided ``confidence``.
 
     ``lo``/``hi`` are the exact interval's ends (each bound one-sided ``(1 - confidence) / 2``,
@@ -34,7 +35,12 @@ def evalgate_min_rate(
     one_sided = (1.0 + confidence) / 2.0
     lo = stats.evalgate_clopper_pearson_lower(passed, trials, one_sided)
     hi = stats.evalgate_clopper_pearson_upper(passed, trials, one_sided)
-    numbers = {"estimate": passed / trials, "lo": lo, "hi": hi, "threshold": minimum}
+    numbers: EvalgateRuleNumbers = {
+        "estimate": passed / trials,
+        "lo": lo,
+        "hi": hi,
+        "limit": minimum,
+    }
     if lo >= minimum:
         reason = f"passes: {passed}/{trials} passed, lower bound {lo:.4f} >= {minimum}"
         return {**numbers, "passed": True, "reason": reason}
@@ -54,7 +60,7 @@ def _min_rate_failure(passed: int, trials: int, lo: float, hi: float, minimum: f
     )
 
 
-def evalgate_max_rate(errored: int, expected: int, maximum: float) -> dict[str, Any]:
+def evalgate_max_rate(errored: int, expected: int, maximum: float) -> EvalgateRuleNumbers:
     """Numbers of a ``max_rate`` rule on the error rate: errored of expected identities.
 
     The rate of this run is compared as observed (like ``max_delta``): errors are a property of
@@ -63,9 +69,9 @@ def evalgate_max_rate(errored: int, expected: int, maximum: float) -> dict[str, 
     if expected <= 0:
         return {"evaluated": False, "reason": "not evaluated: no expected identities"}
     rate = errored / expected
-    numbers = {
+    numbers: EvalgateRuleNumbers = {
         "estimate": rate,
-        "threshold": maximum,
+        "limit": maximum,
         "n_cases": expected,
         "passed": rate <= maximum,
     }

@@ -385,7 +385,7 @@ def _golden_row(path: str, number: int, line: str, keys: frozenset[str]) -> Mapp
 
 
 def _case_id(
-    path: str, number: int, row: Mapping[str, Any], case_ids: Collection[str] | None
+    path: str, number: int, row: Mapping[str, object], case_ids: Collection[str] | None
 ) -> str:
     value = row["case_id"]
     if not isinstance(value, str) or not value:
@@ -397,7 +397,7 @@ def _case_id(
     return value
 
 
-def _text(path: str, number: int, row: Mapping[str, Any], key: str) -> str:
+def _text(path: str, number: int, row: Mapping[str, object], key: str) -> str:
     value = row[key]
     if not isinstance(value, str):
         raise EvalgateConfigError(path, f"line {number}: {key}", "not a string")
@@ -415,7 +415,7 @@ def _label(path: str, number: int, row: Mapping[str, Any], scale: EvalgateJudgeS
     return int(value)
 
 
-def _preferred(path: str, number: int, row: Mapping[str, Any]) -> EvalgateWinner:
+def _preferred(path: str, number: int, row: Mapping[str, object]) -> EvalgateWinner:
     value = row["preferred"]
     for choice in EVALGATE_PREFERENCES:
         if value == choice:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -162,7 +163,7 @@ def _decode_at(text: str, start: int) -> tuple[dict[str, Any], int] | None:
     return (value, end) if isinstance(value, dict) else None
 
 
-def _identity(value: Any) -> bytes:
+def _identity(value: object) -> bytes:
     # The same object quoted twice (say, in prose and in a fence) is one verdict. A number
     # beyond float range decodes to inf, which canonical JSON refuses: repr still tells apart.
     try:
@@ -174,7 +175,7 @@ def _identity(value: Any) -> bytes:
 # --------------------------------------------------------------------------- values
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -188,13 +189,13 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _winner(value: Any) -> EvalgateWinner | None:
+def _winner(value: object) -> EvalgateWinner | None:
     if not isinstance(value, str):
         return None
     return _WINNERS.get(value.strip().casefold())
 
 
-def _reason(found: dict[str, Any]) -> str:
+def _reason(found: Mapping[str, object]) -> str:
     reason = found.get("reason", "")
     if reason is None:
         reason = ""

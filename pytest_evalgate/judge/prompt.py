@@ -178,7 +178,7 @@ def _section(name: str, text: str, nonce: str) -> str:
 # --------------------------------------------------------------------------- the inverse
 
 
-def evalgate_judge_request_parts(messages: Any) -> EvalgateJudgeRequestParts | None:
+def evalgate_judge_request_parts(messages: object) -> EvalgateJudgeRequestParts | None:
     """Recover the material of a request built here; None for anything else."""
     content = _user_content(messages)
     match = None if content is None else _NONCE.search(content)
@@ -205,7 +205,7 @@ def evalgate_judge_request_parts(messages: Any) -> EvalgateJudgeRequestParts | N
     return None
 
 
-def _user_content(messages: Any) -> str | None:
+def _user_content(messages: object) -> str | None:
     if not isinstance(messages, list) or not messages:
         return None
     last = messages[-1]

@@ -39,6 +39,7 @@ thing that depends on the order is the position bias)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -74,7 +75,7 @@ class EvalgateSimJudgeKnobs:
 
 
 def evalgate_sim_judge_knobs(
-    values: Mapping[str, Any], source: str = "simulated judge"
+    values: Mapping[str, object], source: str = "simulated judge"
 ) -> EvalgateSimJudgeKnobs:
     """Knobs from ``name -> value`` (numbers or their text); errors name the source and knob."""
     known = {f.name for f in fields(EvalgateSimJudgeKnobs)}
@@ -88,11 +89,11 @@ def evalgate_sim_judge_knobs(
     return EvalgateSimJudgeKnobs(**parsed)
 
 
-def _knob(source: str, name: str, value: Any) -> float | int:
-    try:
-        number = float(value) if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        number = math.nan
+def _knob(source: str, name: str, value: object) -> float | int:
+    number = math.nan
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):  # not a number: stays NaN, refused below
+            number = float(value)
     if name in _UNIT_KNOBS and not 0.0 <= number <= 1.0:
         raise EvalgateConfigError(source, name, f"must be a number within [0, 1], got {value!r}")
     if name == "seed" and not (number >= 0 and number == int(number)):
@@ -173,7 +174,7 @@ def evalgate_sim_truth_chain(*truths: EvalgateSimTruth) -> EvalgateSimTruth:
 # --------------------------------------------------------------------------- deciding
 
 
-def _uniform(*parts: Any) -> float:
+def _uniform(*parts: object) -> float:
     """Uniform in [0, 1) from sha256 of the parts joined by U+001F."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
@@ -237,7 +238,7 @@ def _order_free_guess(first: str, second: str, draw: float) -> EvalgateWinner:
 
 
 def evalgate_sim_judge_respond(
-    messages: Any, knobs: EvalgateSimJudgeKnobs, truth: EvalgateSimTruth, salt: str = ""
+    messages: object, knobs: EvalgateSimJudgeKnobs, truth: EvalgateSimTruth, salt: str = ""
 ) -> str:
     """The simulated judge's answer text to one request (see the module contract).
 

@@ -148,7 +148,7 @@ class EvalgateJudge:
     temperature: float
     seed: int | None
     pins: Mapping[str, Any]
-    budget: Mapping[str, Any]
+    budget: EvalgateBudgetSchema  # validated, frozen; transport (outside the judge key)
     golden_path: str | None
     allow_sampling: bool
 
@@ -192,17 +192,17 @@ class EvalgateJudgeCandidate(Protocol):
 # --------------------------------------------------------------------------- validation
 
 
-def evalgate_judge_config(source: str, raw: Any) -> EvalgateJudgeConfig:
+def evalgate_judge_config(source: str, raw: object) -> EvalgateJudgeConfig:
     """Validate a raw ``judge:`` mapping; errors name ``judge.<key>``."""
     return _validated(source, "judge", EvalgateJudgeConfig, raw)
 
 
-def evalgate_judged_evaluator_config(source: str, raw: Any) -> EvalgateJudgedEvaluatorConfig:
+def evalgate_judged_evaluator_config(source: str, raw: object) -> EvalgateJudgedEvaluatorConfig:
     """Validate a raw ``{mode, rubric, scale}`` mapping; errors name ``evaluator.<key>``."""
     return _validated(source, "evaluator", EvalgateJudgedEvaluatorConfig, raw)
 
 
-def _validated(source: str, prefix: str, model: type[_Model], raw: Any) -> _Model:
+def _validated(source: str, prefix: str, model: type[_Model], raw: object) -> _Model:
     if not isinstance(raw, Mapping):
         raise EvalgateConfigError(source, prefix, "must be a mapping")
     try:
@@ -237,7 +237,7 @@ def evalgate_judge(suite_dir: str, config: EvalgateJudgeConfig) -> EvalgateJudge
         temperature=float(config.temperature),
         seed=config.seed,
         pins=dict(config.pins),
-        budget=config.budget.model_dump(),
+        budget=config.budget,
         golden_path=golden,
         allow_sampling=config.allow_sampling,
     )

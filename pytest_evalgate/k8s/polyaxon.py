@@ -170,13 +170,13 @@ def _component(source: str, job: _JSON, name: str, word: Callable[[str], str]) -
     }
 
 
-def _pod_security(context: Mapping[str, Any]) -> _JSON:
+def _pod_security(context: Mapping[str, object]) -> _JSON:
     # Polyaxon types the environment's securityContext as a container's (no fsGroup): the
     # store PVC must be writable by the pods' uid/gid 65532 itself (docs/polyaxon.md)
     return {key: value for key, value in context.items() if key != "fsGroup"}
 
 
-def _refuse_unexpressible(source: str, pod: Mapping[str, Any]) -> None:
+def _refuse_unexpressible(source: str, pod: Mapping[str, object]) -> None:
     extra = sorted(set(pod) - set(_ENVIRONMENT) - _DROPPED - {"containers", "volumes"})
     if extra:
         reason = (

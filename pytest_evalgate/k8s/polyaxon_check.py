@@ -52,7 +52,7 @@ def evalgate_template_names(text: str) -> list[str]:
 
 
 def evalgate_check_polyaxonfiles(
-    files: Mapping[str, Mapping[str, Any]], paths: Mapping[str, str] | None = None
+    files: Mapping[str, Mapping[str, object]], paths: Mapping[str, str] | None = None
 ) -> None:
     """Check every file of ``files`` (its name as a ``pathRef`` gives it -> the parsed
     polyaxonfile); the first problem raises ``EvalgateConfigError(file, location, reason)``,
@@ -64,7 +64,7 @@ def evalgate_check_polyaxonfiles(
             _check_params(source, where, op, files)
 
 
-def evalgate_check_references(source: str, body: Mapping[str, Any]) -> None:
+def evalgate_check_references(source: str, body: Mapping[str, object]) -> None:
     """Refuse a ``{{ name }}`` in ``body`` that nothing defines (module docstring)."""
     own = _io_names(body)
     ops = {str(op.get("name")) for _where, op in _dag_operations(body)}
@@ -116,7 +116,7 @@ def _required(body: Mapping[str, Any]) -> set[str]:
     }
 
 
-def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+def _strings(value: object, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
         yield where or "(top)", value
     elif isinstance(value, Mapping):
@@ -128,7 +128,7 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{where}[{label if label else index}]")
 
 
-def _dag_operations(body: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+def _dag_operations(body: Mapping[str, object]) -> Iterator[tuple[str, Mapping[str, Any]]]:
     run = body.get("run")
     if not isinstance(run, Mapping) or run.get("kind") != "dag":
         return

@@ -389,7 +389,7 @@ def _sidecar(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JS
     }
 
 
-def _tensor_parallel(source: str, name: str, pins: Mapping[str, Any]) -> int:
+def _tensor_parallel(source: str, name: str, pins: Mapping[str, object]) -> int:
     value = pins.get("tensor_parallel", 1)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         key = f"candidates.{name}.pins.tensor_parallel"

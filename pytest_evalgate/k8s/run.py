@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateK8sError
 
@@ -134,7 +134,7 @@ class _Runner:
                 raise EvalgateK8sError(f"Job {meta['name']} on {self.server}: deadline passed")
             time.sleep(self.poll_s)
 
-    def _progress(self, meta: Mapping[str, Any], shown: dict[int, str]) -> dict[int, str]:
+    def _progress(self, meta: Mapping[str, object], shown: dict[int, str]) -> dict[int, str]:
         pods = self._call(
             f"listing pods of Job {meta['name']}",
             self.core.list_namespaced_pod,
@@ -147,22 +147,41 @@ class _Runner:
         return phases
 
 
-def _api_reason(server: str, what: str, exc: Any) -> str:
+class _ApiException(Protocol):
+    """What is read of ``kubernetes.client.ApiException`` (the package has no type hints)."""
+
+    status: int
+    reason: str
+    body: str | bytes | None
+
+
+class _JobCondition(Protocol):
+    status: str
+    type: str
+
+
+class _JobStatus(Protocol):
+    """What is read of a ``V1JobStatus``."""
+
+    conditions: Sequence[_JobCondition] | None
+
+
+def _api_reason(server: str, what: str, exc: _ApiException) -> str:
     reasons = {401: "unauthorized (401): check the kubeconfig credentials", 403: "forbidden (403)"}
     reason = reasons.get(exc.status, f"HTTP {exc.status} {exc.reason}")
     return f"Kubernetes API {server} refused {what}: {reason}: {_api_message(exc)}"
 
 
-def _api_message(exc: Any) -> str:
+def _api_message(exc: _ApiException) -> str:
     import json
 
     try:
-        return str(json.loads(exc.body).get("message", exc.body))
+        return str(json.loads(exc.body or b"").get("message", exc.body))
     except (TypeError, ValueError, AttributeError):
         return str(exc.body or exc.reason)
 
 
-def _job_end(status: Any) -> str:
+def _job_end(status: _JobStatus) -> str:
     for condition in status.conditions or []:
         if condition.status == "True" and condition.type in ("Complete", "Failed"):
             return str(condition.type)

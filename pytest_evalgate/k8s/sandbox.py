@@ -26,13 +26,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_evalgate.manifest.code import EvalgateSandboxBlock
+
 _JSON = dict[str, Any]
 EVALGATE_HARNESS_CONTAINER = "evalgate"
 EVALGATE_SECCOMP_PROFILE = "evalgate-sandbox.json"
 """The ``localhostProfile`` a code suite's harness container names (k8s/sandbox/)."""
 
 
-def evalgate_sandbox_container_security(base: Mapping[str, Any], user_namespaces: bool) -> _JSON:
+def evalgate_sandbox_container_security(base: Mapping[str, object], user_namespaces: bool) -> _JSON:
     """The harness container's security context for a code suite, from the hardened ``base``."""
     context: _JSON = {
         **base,
@@ -43,11 +45,11 @@ def evalgate_sandbox_container_security(base: Mapping[str, Any], user_namespaces
     return context
 
 
-def evalgate_sandbox_pod(pod: Mapping[str, Any], sandbox: Mapping[str, Any] | None) -> _JSON:
+def evalgate_sandbox_pod(pod: Mapping[str, Any], sandbox: EvalgateSandboxBlock | None) -> _JSON:
     """``pod`` (a worker pod spec) made ready to run sandboxes; unchanged for other suites."""
     if sandbox is None:
         return dict(pod)
-    runtime_class = sandbox.get("runtime_class")
+    runtime_class = sandbox.runtime_class
     user_namespaces = runtime_class is None
     out: _JSON = {**pod, "containers": [_harness(c, user_namespaces) for c in pod["containers"]]}
     if runtime_class is not None:

@@ -55,7 +55,7 @@ class EvalgateSandboxBlock(BaseModel):
 
 def evalgate_check_code_keys(
     path: str,
-    evaluator: Mapping[str, Any],
+    evaluator: Mapping[str, object],
     sandbox: EvalgateSandboxBlock | None,
     repetitions: int,
 ) -> None:
@@ -70,7 +70,7 @@ def evalgate_check_code_keys(
 
 
 def _refuse_outside_code(
-    path: str, evaluator: Mapping[str, Any], sandbox: EvalgateSandboxBlock | None
+    path: str, evaluator: Mapping[str, object], sandbox: EvalgateSandboxBlock | None
 ) -> None:
     for key in EVALGATE_CODE_EVALUATOR_KEYS:
         if evaluator.get(key) is not None:
@@ -80,13 +80,13 @@ def _refuse_outside_code(
         raise EvalgateConfigError(path, "sandbox", "a sandbox block is only for scorer: code")
 
 
-def _check_choice(path: str, key: str, value: Any, allowed: tuple[str, ...]) -> None:
+def _check_choice(path: str, key: str, value: object, allowed: tuple[str, ...]) -> None:
     if value is not None and value not in allowed:
         reason = f"must be one of {', '.join(allowed)}, got {value!r}"
         raise EvalgateConfigError(path, f"evaluator.{key}", reason)
 
 
-def _check_pass_at_k(path: str, value: Any, repetitions: int) -> None:
+def _check_pass_at_k(path: str, value: object, repetitions: int) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -99,7 +99,7 @@ def _check_pass_at_k(path: str, value: Any, repetitions: int) -> None:
         raise EvalgateConfigError(path, "evaluator.pass_at_k", reason)
 
 
-def evalgate_evaluator_definition(evaluator: Mapping[str, Any]) -> dict[str, Any]:
+def evalgate_evaluator_definition(evaluator: Mapping[str, object]) -> dict[str, Any]:
     """The evaluator as the definition digest sees it: the code keys (with their defaults) for
     a code suite, and none of them for any other suite (its digest is unchanged)."""
     base = {k: v for k, v in evaluator.items() if k not in EVALGATE_CODE_EVALUATOR_KEYS}
@@ -108,7 +108,7 @@ def evalgate_evaluator_definition(evaluator: Mapping[str, Any]) -> dict[str, Any
     return {**base, **evalgate_code_settings(evaluator)}
 
 
-def evalgate_code_settings(evaluator: Mapping[str, Any]) -> dict[str, Any]:
+def evalgate_code_settings(evaluator: Mapping[str, object]) -> dict[str, Any]:
     """``language``, ``extract`` and ``pass_at_k`` of a code evaluator, defaults filled in."""
     return {
         "language": evaluator.get("language") or "python",
@@ -117,16 +117,24 @@ def evalgate_code_settings(evaluator: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def evalgate_sandbox_settings(
+def evalgate_sandbox_block(
     scorer: str, sandbox: EvalgateSandboxBlock | None
-) -> dict[str, Any] | None:
+) -> EvalgateSandboxBlock | None:
     """The whole ``sandbox`` block of a code suite (defaults filled in), else None."""
     if scorer != EVALGATE_CODE_SCORER:
         return None
-    return (sandbox or EvalgateSandboxBlock()).model_dump()
+    return sandbox or EvalgateSandboxBlock()
 
 
-def evalgate_sandbox_definition(settings: Mapping[str, Any] | None) -> dict[str, Any]:
+def evalgate_sandbox_settings(
+    scorer: str, sandbox: EvalgateSandboxBlock | None
+) -> dict[str, Any] | None:
+    """``evalgate_sandbox_block`` dumped (the mapping the definition digest is computed from)."""
+    block = evalgate_sandbox_block(scorer, sandbox)
+    return None if block is None else block.model_dump()
+
+
+def evalgate_sandbox_definition(settings: Mapping[str, object] | None) -> dict[str, Any]:
     """``{"sandbox": <limits>}`` for the definition digest of a code suite, ``{}`` otherwise."""
     if settings is None:
         return {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.jsonlread import evalgate_jsonl_rows
@@ -72,7 +71,7 @@ _ROW_KEYS = {"id", "input", "messages", "target", "category", "cluster", "cost",
 
 
 def _parse_row(
-    dataset_path: str, number: int, row: Any, model: EvalgateManifestSchema
+    dataset_path: str, number: int, row: object, model: EvalgateManifestSchema
 ) -> EvalgateCase:
     where = f"line {number}"
     if not isinstance(row, dict):
@@ -93,27 +92,27 @@ def _parse_row(
     )
 
 
-def _row_str(source: str, where: str, row: Mapping[str, Any], key: str) -> str:
+def _row_str(source: str, where: str, row: Mapping[str, object], key: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value:
         raise EvalgateConfigError(source, f"{where}: {key}", "missing or not a non-empty string")
     return value
 
 
-def _row_cluster(source: str, where: str, row: Mapping[str, Any], case_id: str) -> str:
+def _row_cluster(source: str, where: str, row: Mapping[str, object], case_id: str) -> str:
     if row.get("cluster") is None:
         return case_id
     return _row_str(source, where, row, "cluster")
 
 
-def _row_target(source: str, where: str, row: Mapping[str, Any]) -> str:
+def _row_target(source: str, where: str, row: Mapping[str, object]) -> str:
     value = row.get("target")
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise EvalgateConfigError(source, f"{where}: target", "missing or not a string or number")
     return str(value)
 
 
-def _row_cost(source: str, where: str, row: Mapping[str, Any]) -> float:
+def _row_cost(source: str, where: str, row: Mapping[str, object]) -> float:
     value = row.get("cost", 1.0)
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise EvalgateConfigError(source, f"{where}: cost", "must be a positive number")
@@ -121,7 +120,7 @@ def _row_cost(source: str, where: str, row: Mapping[str, Any]) -> float:
 
 
 def _render_prompt(
-    source: str, where: str, row: Mapping[str, Any], model: EvalgateManifestSchema
+    source: str, where: str, row: Mapping[str, object], model: EvalgateManifestSchema
 ) -> tuple[Mapping[str, str], ...] | str:
     has_input, has_messages = "input" in row, "messages" in row
     if has_input == has_messages:
@@ -147,12 +146,11 @@ def _render_template(source: str, where: str, text: str, model: EvalgateManifest
 
 
 def _render_messages(
-    source: str, where: str, messages: Any, model: EvalgateManifestSchema
+    source: str, where: str, messages: object, model: EvalgateManifestSchema
 ) -> tuple[Mapping[str, str], ...]:
     if model.api == "completions":
         raise EvalgateConfigError(source, f"{where}: messages", "api: completions needs input rows")
-    ok = isinstance(messages, list) and messages and all(_is_message(m) for m in messages)
-    if not ok:
+    if not isinstance(messages, list) or not messages or not all(map(_is_message, messages)):
         reason = "must be a non-empty list of {role, content} string objects"
         raise EvalgateConfigError(source, f"{where}: messages", reason)
     has_system = messages[0]["role"] == "system"
@@ -164,7 +162,7 @@ def _render_messages(
     return (*system, *({"role": m["role"], "content": m["content"]} for m in messages))
 
 
-def _is_message(message: Any) -> bool:
+def _is_message(message: object) -> bool:
     return (
         isinstance(message, dict)
         and set(message) == {"role", "content"}

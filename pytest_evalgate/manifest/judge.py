@@ -111,7 +111,7 @@ def _refuse_stray_keys(source: str, evaluator: _EvaluatorLike) -> None:
             raise EvalgateConfigError(source, f"evaluator.{key}", reason)
 
 
-def evalgate_definition_evaluator(dumped: Mapping[str, Any]) -> dict[str, Any]:
+def evalgate_definition_evaluator(dumped: Mapping[str, object]) -> dict[str, Any]:
     """The evaluator as the generation's definition digest sees it (see the module contract)."""
     if dumped.get("scorer") == EVALGATE_JUDGE_SCORER:
         return {"scorer": EVALGATE_JUDGE_SCORER}

@@ -23,13 +23,18 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
-from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateYamlError
 from pytest_evalgate.formats.canonical import evalgate_file_sha256, evalgate_sha256_hex
-from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
+from pytest_evalgate.formats.strictmodel import EvalgateBudgetSchema
+from pytest_evalgate.formats.yamlread import evalgate_load_yaml
+from pytest_evalgate.judge.spec import EvalgateJudgeConfig
 from pytest_evalgate.manifest.code import (
+    EvalgateSandboxBlock,
     evalgate_check_code_keys,
     evalgate_evaluator_definition,
+    evalgate_sandbox_block,
     evalgate_sandbox_definition,
     evalgate_sandbox_settings,
 )
@@ -41,7 +46,14 @@ from pytest_evalgate.manifest.judge import (
 )
 from pytest_evalgate.manifest.pins import evalgate_check_weights_pins
 from pytest_evalgate.manifest.private import evalgate_private_categories
-from pytest_evalgate.manifest.schema import EvalgateCandidateSchema, EvalgateManifestSchema
+from pytest_evalgate.manifest.schema import (
+    EvalgateCandidateSchema,
+    EvalgateEvaluatorSchema,
+    EvalgateGenerationSchema,
+    EvalgateManifestSchema,
+    EvalgatePerfSchema,
+    EvalgateTierSchema,
+)
 from pytest_evalgate.manifest.url import evalgate_check_base_url
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
@@ -99,7 +111,12 @@ class EvalgateCandidate:
 
 @dataclass(frozen=True)
 class EvalgateManifest:
-    """A validated manifest with its dataset loaded and its digests computed."""
+    """A validated manifest with its dataset loaded and its digests computed.
+
+    Its blocks are the schema's validated (frozen) models, defaults filled in: callers read
+    typed attributes (``manifest.budget.max_concurrency``), never re-cast a mapping. The
+    digests were computed from the blocks' dumps (``definition``) and do not depend on them.
+    """
 
     path: str
     suite_dir: str
@@ -112,18 +129,18 @@ class EvalgateManifest:
     shard_plan: str | None
     api: str
     stream: bool
-    generation: Mapping[str, Any]
-    evaluator: Mapping[str, Any]
+    generation: EvalgateGenerationSchema
+    evaluator: EvalgateEvaluatorSchema
     candidates: Mapping[str, EvalgateCandidate]
-    budget: Mapping[str, Any]
-    judge: Mapping[str, Any] | None
-    perf: Mapping[str, Any] | None
+    budget: EvalgateBudgetSchema
+    judge: EvalgateJudgeConfig | None
+    perf: EvalgatePerfSchema | None
     canary: str | None
     definition: Mapping[str, Any]
     definition_digest: str
     cases: tuple[EvalgateCase, ...] = field(repr=False)
-    tiers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # selection, not meaning
-    sandbox: Mapping[str, Any] | None = None  # scorer: code only, defaults filled in
+    tiers: Mapping[str, EvalgateTierSchema] = field(default_factory=dict)  # selection, not meaning
+    sandbox: EvalgateSandboxBlock | None = None  # scorer: code only, defaults filled in
     judged: EvalgateJudged | None = field(default=None, repr=False)
     private: tuple[str, ...] = ()  # held-out categories; outside the digest, like tiers
 
@@ -168,18 +185,18 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         shard_plan=os.path.join(suite_dir, model.shard_plan) if model.shard_plan else None,
         api=model.api,
         stream=model.stream,
-        generation=model.generation.model_dump(exclude_none=True),
-        evaluator=model.evaluator.model_dump(exclude_none=True),
+        generation=model.generation,
+        evaluator=model.evaluator,
         candidates=candidates,
-        budget=model.budget.model_dump(),
-        judge=model.judge.model_dump() if model.judge else None,
-        perf=model.perf.model_dump() if model.perf else None,
+        budget=model.budget,
+        judge=model.judge,
+        perf=model.perf,
         canary=model.canary,
         definition=definition,
         definition_digest=evalgate_sha256_hex(definition),
         cases=cases,
-        tiers={name: tier.model_dump() for name, tier in model.tiers.items()},
-        sandbox=evalgate_sandbox_settings(model.evaluator.scorer, model.sandbox),
+        tiers=dict(model.tiers),
+        sandbox=evalgate_sandbox_block(model.evaluator.scorer, model.sandbox),
         judged=judged,
         private=evalgate_private_categories(path, model.private, cases),
     )
@@ -198,7 +215,7 @@ def _read_yaml(path: str) -> Any:
         raise EvalgateConfigError(path, "-", exc.reason) from None
 
 
-def _validate(path: str, raw: Any) -> EvalgateManifestSchema:
+def _validate(path: str, raw: object) -> EvalgateManifestSchema:
     if not isinstance(raw, dict):
         raise EvalgateConfigError(path, "-", "the manifest must be a YAML mapping")
     try:
@@ -210,7 +227,7 @@ def _validate(path: str, raw: Any) -> EvalgateManifestSchema:
         raise EvalgateConfigError(path, first_key, first_reason + rest) from None
 
 
-def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+def _describe(error: ErrorDetails) -> tuple[str, str]:
     key = ".".join(str(part) for part in error["loc"]) or "-"
     kind = error["type"]
     if kind == "extra_forbidden":
@@ -299,7 +316,7 @@ def _candidate(name: str, spec: EvalgateCandidateSchema) -> EvalgateCandidate:
     )
 
 
-def evalgate_candidate_key(name: str, model: str, pins: Mapping[str, Any]) -> str:
+def evalgate_candidate_key(name: str, model: str, pins: Mapping[str, object]) -> str:
     """``<name>-<12 hex>``: the name plus a digest of the model id and its pins."""
     return f"{name}-{evalgate_sha256_hex({'model': model, 'pins': dict(pins)})[:12]}"
 
@@ -325,7 +342,7 @@ def evalgate_pin(path: str) -> str:
     return digest
 
 
-def _replace_pin(path: str, text: str, old: Any, digest: str) -> str:
+def _replace_pin(path: str, text: str, old: object, digest: str) -> str:
     if isinstance(old, str) and old and text.count(old) == 1:
         return text.replace(old, digest)
     if old is None and "dataset: {" in text:

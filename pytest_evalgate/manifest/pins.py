@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 
@@ -21,7 +20,7 @@ EVALGATE_WEIGHTS_DIGEST_PIN = "weights_digest"
 _PINNED = re.compile(r"^[^\s@]+@(sha256:[0-9a-f]{64})$")
 
 
-def evalgate_check_weights_pins(source: str, name: str, pins: Mapping[str, Any]) -> None:
+def evalgate_check_weights_pins(source: str, name: str, pins: Mapping[str, object]) -> None:
     """Refuse a ``weights_image`` not pinned by digest, or one whose digest differs from
     ``weights_digest`` (or without a ``weights_digest`` beside it)."""
     if EVALGATE_WEIGHTS_IMAGE_PIN not in pins:
@@ -37,7 +36,7 @@ def evalgate_check_weights_pins(source: str, name: str, pins: Mapping[str, Any])
         raise EvalgateConfigError(source, key, reason)
 
 
-def evalgate_weights_image(source: str, name: str, pins: Mapping[str, Any]) -> str:
+def evalgate_weights_image(source: str, name: str, pins: Mapping[str, object]) -> str:
     """The candidate's weights image for a sidecar run; refused when absent or unpinned."""
     if EVALGATE_WEIGHTS_IMAGE_PIN not in pins:
         key = f"candidates.{name}.pins.{EVALGATE_WEIGHTS_IMAGE_PIN}"

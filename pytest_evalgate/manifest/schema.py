@@ -33,7 +33,9 @@ class _Prompt(_Strict):
     template: str = "{input}"
 
 
-class _Evaluator(_Strict):
+class EvalgateEvaluatorSchema(_Strict):
+    """The ``evaluator`` block: revision, scorer and its options, code and judge keys."""
+
     revision: str
     scorer: str
     options: dict[str, Any] = Field(default_factory=dict)
@@ -46,12 +48,20 @@ class _Evaluator(_Strict):
     scale: Any = None
 
 
-class _Generation(_Strict):
+class EvalgateGenerationSchema(_Strict):
+    """The ``generation`` block: sampling settings sent with every request (``None`` ones are
+    left out of request bodies and of the definition digest: ``evalgate_request_fields``)."""
+
     temperature: float = 0.0
     max_tokens: int = Field(default=256, ge=1)
     seed: int | None = None
     top_p: float | None = None
     stop: list[str] | None = None
+
+    def evalgate_request_fields(self) -> dict[str, float | int | list[str]]:
+        """The settings every request body carries: the block without its ``None`` keys (the
+        same mapping the definition digest holds as ``generation``)."""
+        return self.model_dump(exclude_none=True)
 
 
 class EvalgateCandidateSchema(_Strict):
@@ -70,7 +80,9 @@ class EvalgateCandidateSchema(_Strict):
         return value
 
 
-class _Perf(_Strict):
+class EvalgatePerfSchema(_Strict):
+    """The ``perf`` block: the open-loop load phase's prompts, rate, length, profile and seed."""
+
     prompts: str
     rate: float = Field(gt=0)
     duration_s: float = Field(gt=0)
@@ -80,7 +92,9 @@ class _Perf(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
-class _Tier(_Strict):
+class EvalgateTierSchema(_Strict):
+    """One ``tiers.<name>`` block: the tier's fraction of cases, its draw seed and policy."""
+
     fraction: float = Field(gt=0, le=1)
     seed: int = Field(default=0, ge=0)
     policy: str | None = None
@@ -93,18 +107,18 @@ class EvalgateManifestSchema(_Strict):
     suite: str  # a safe name (evalgate_check_name): it is the store's first path component
     dataset: _Dataset
     prompt: _Prompt
-    evaluator: _Evaluator
+    evaluator: EvalgateEvaluatorSchema
     repetitions: int = Field(default=1, ge=1)
     shards: int = 1
     shard_plan: str | None = None
     api: Literal["chat", "completions"] = "chat"
     stream: bool = True
-    generation: _Generation = Field(default_factory=_Generation)
+    generation: EvalgateGenerationSchema = Field(default_factory=EvalgateGenerationSchema)
     candidates: dict[str, EvalgateCandidateSchema]
     budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)
     judge: EvalgateJudgeConfig | None = None
-    perf: _Perf | None = None
+    perf: EvalgatePerfSchema | None = None
     canary: str | None = None
-    tiers: dict[str, _Tier] = Field(default_factory=dict)
+    tiers: dict[str, EvalgateTierSchema] = Field(default_factory=dict)
     private: list[str] = Field(default_factory=list)  # held-out categories (manifest_private)
     sandbox: EvalgateSandboxBlock | None = None

@@ -54,6 +54,7 @@ from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.jsonlread import evalgate_jsonl_rows
 from pytest_evalgate.manifest.dataset import evalgate_render_template
 from pytest_evalgate.manifest.load import EvalgateManifest
+from pytest_evalgate.manifest.schema import EvalgatePerfSchema
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf.plan import EvalgatePerfPlan, evalgate_perf_plan
 from pytest_evalgate.perf.result import EvalgatePerfResult, evalgate_load_perf, evalgate_save_perf
@@ -81,17 +82,17 @@ def evalgate_perf_bodies(manifest: EvalgateManifest) -> list[dict[str, Any]]:
     are the manifest's, with ``perf.max_tokens`` overriding ``max_tokens`` when set.
     """
     perf = _perf_block(manifest)
-    path = os.path.join(manifest.suite_dir, str(perf["prompts"]))
-    generation = {**manifest.generation}
-    if perf.get("max_tokens") is not None:
-        generation["max_tokens"] = int(perf["max_tokens"])
+    path = os.path.join(manifest.suite_dir, perf.prompts)
+    generation = manifest.generation.evalgate_request_fields()
+    if perf.max_tokens is not None:
+        generation["max_tokens"] = perf.max_tokens
     prompts = [_prompt(manifest, path, n, row) for n, row in _rows(path)]
     if not prompts:
         raise EvalgateConfigError(path, "-", "the perf prompts file has no rows")
     return [{**generation, **prompt} for prompt in prompts]
 
 
-def _perf_block(manifest: EvalgateManifest) -> Mapping[str, Any]:
+def _perf_block(manifest: EvalgateManifest) -> EvalgatePerfSchema:
     if manifest.perf is None:
         raise EvalgateConfigError(manifest.path, "perf", "the manifest has no perf block")
     return manifest.perf
@@ -102,7 +103,7 @@ def _rows(path: str) -> list[tuple[int, Any]]:
     return list(evalgate_jsonl_rows(path, "perf.prompts", path))
 
 
-def _prompt(manifest: EvalgateManifest, path: str, number: int, row: Any) -> dict[str, Any]:
+def _prompt(manifest: EvalgateManifest, path: str, number: int, row: object) -> dict[str, Any]:
     where = f"line {number}"
     if not isinstance(row, dict) or ("messages" in row) == ("input" in row):
         raise EvalgateConfigError(path, where, "a row needs exactly one of messages or input")

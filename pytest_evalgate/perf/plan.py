@@ -16,14 +16,13 @@ Pure: no pytest, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest.schema import EvalgatePerfSchema
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -72,15 +71,14 @@ def evalgate_perf_offsets(profile: str, rate: float, total_s: float, seed: int) 
     return offsets[offsets < total_s]
 
 
-def evalgate_perf_plan(perf: Mapping[str, Any], prompt_count: int) -> EvalgatePerfPlan:
+def evalgate_perf_plan(perf: EvalgatePerfSchema, prompt_count: int) -> EvalgatePerfPlan:
     """The plan for a manifest's ``perf`` block over ``prompt_count`` prompts.
 
     Prompts are used in a seeded random order, cycling when there are more arrivals than
     prompts, so the prompt mix of any stretch of the run is the file's mix.
     """
-    rate, warmup, duration = float(perf["rate"]), float(perf["warmup_s"]), float(perf["duration_s"])
-    seed = int(perf["seed"])
-    offsets = evalgate_perf_offsets(str(perf["profile"]), rate, warmup + duration, seed)
+    rate, warmup, duration, seed = perf.rate, perf.warmup_s, perf.duration_s, perf.seed
+    offsets = evalgate_perf_offsets(perf.profile, rate, warmup + duration, seed)
     order = np.random.default_rng([seed, 1]).permutation(prompt_count)
     prompts = order[np.arange(offsets.size) % prompt_count].astype(np.int64)
-    return EvalgatePerfPlan(str(perf["profile"]), rate, duration, warmup, seed, offsets, prompts)
+    return EvalgatePerfPlan(perf.profile, rate, duration, warmup, seed, offsets, prompts)

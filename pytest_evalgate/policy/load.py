@@ -14,13 +14,15 @@ with; splitting the models from the loader would put those two halves of one con
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
+from pydantic_core import ErrorDetails
 
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
@@ -39,7 +41,7 @@ _Names = Annotated[list[str], pydantic.Field(min_length=1)]
 
 EVALGATE_QUALITY_RULES = ("non_inferior", "must_improve", "no_regression")
 EVALGATE_VERDICTS = ("pass", "fail", "incomplete", "invalid", "partial")
-_THRESHOLD_KEYS = {
+_LIMIT_KEYS = {
     "non_inferior": "margin",
     "must_improve": "target",
     "no_regression": None,
@@ -52,6 +54,8 @@ _THRESHOLD_KEYS = {
     "max_rate": "max",
     "public_private_gap": "max_gap",
 }
+# Rules whose number is a margin of slack: the estimate's lower bound must exceed -margin.
+EVALGATE_MARGIN_RULES = frozenset({"non_inferior", "pairwise"})
 
 
 # --------------------------------------------------------------------------- policy values
@@ -59,27 +63,44 @@ _THRESHOLD_KEYS = {
 
 @dataclass(frozen=True)
 class EvalgateRule:
-    """One rule as written in ``gate.yaml`` (before ``"*"`` expands); ``index`` is its position."""
+    """One rule as written in ``gate.yaml`` (before ``"*"`` expands); ``index`` is its position.
+
+    ``limit`` is the rule's number exactly as gate.yaml writes it, sign included, under the key
+    ``limit_key`` names (``margin``, ``target``, ``max_rate``, ...); None for ``no_regression``,
+    which has none. It keeps that sign through the gate's results; ``evalgate_bound`` gives the
+    boundary it sets on the estimate's scale.
+    """
 
     rule: str
     index: int
     slice: str | None = None
     metric: str | None = None
-    threshold: float | None = None
+    limit: float | None = None
     public: tuple[str, ...] = ()  # public_private_gap only (gate_private.py)
     private: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def limit_key(self) -> str | None:
+        """The gate.yaml key of ``limit`` for this kind of rule (None for ``no_regression``)."""
+        return _LIMIT_KEYS[self.rule]
+
+    def to_dict(self) -> dict[str, str | float | list[str] | None]:
         """The rule in its ``gate.yaml`` form (builtins only)."""
-        out: dict[str, Any] = {"rule": self.rule}
+        out: dict[str, str | float | list[str] | None] = {"rule": self.rule}
         if self.rule == EVALGATE_GAP_RULE:
             out.update(public=list(self.public), private=list(self.private))
         else:
             out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
-        key = _THRESHOLD_KEYS[self.rule]
-        if key is not None:
-            out[key] = self.threshold
+        if self.limit_key is not None:
+            out[self.limit_key] = self.limit
         return out
+
+
+def evalgate_bound(rule: str, limit: float) -> float:
+    """The boundary a rule's ``limit`` sets on its estimate's scale: ``-margin`` for the margin
+    rules (``non_inferior``, ``pairwise``: the lower bound must exceed it), the limit itself for
+    every other rule. The gate compares against it, and decision.json's ``threshold`` is it."""
+    return -limit if rule in EVALGATE_MARGIN_RULES else limit
 
 
 @dataclass(frozen=True)
@@ -115,6 +136,17 @@ class EvalgatePolicy:
         if self.online:
             out["online"] = [rule.to_dict() for rule in self.online]
         return out
+
+
+@dataclass(frozen=True)
+class EvalgateSuitePolicy(EvalgatePolicy):
+    """A policy checked against its suite's manifest (``evalgate_check_policy``).
+
+    ``pair`` is the (candidate, baseline) names it compares, computed once by that check (a
+    single-model policy pairs the candidate with itself). Not part of ``to_dict`` or the digest.
+    """
+
+    pair: tuple[str, str] = field(kw_only=True)
 
 
 def evalgate_policy_digest(policy: EvalgatePolicy) -> str:
@@ -270,20 +302,20 @@ def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
     return policy
 
 
-def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+def _describe(error: ErrorDetails) -> tuple[str, str]:
     """Turn pydantic's first error into ``("rules[3].margin", reason)``."""
     parts: list[str] = []
     previous: Any = None
     for part in error["loc"]:
         if isinstance(part, int):
             parts.append(f"[{part}]")
-        elif not (isinstance(previous, int) and part in _THRESHOLD_KEYS):
+        elif not (isinstance(previous, int) and part in _LIMIT_KEYS):
             parts.append(f".{part}")  # the discriminator's tag (after an index) is not a key
         previous = part
     key = "".join(parts).lstrip(".") or "<root>"
     kind = error["type"]
     if kind == "union_tag_invalid":
-        expected = ", ".join(_THRESHOLD_KEYS)
+        expected = ", ".join(_LIMIT_KEYS)
         return f"{key}.rule", f"unknown rule {error['input'].get('rule')!r}; expected {expected}"
     if kind == "union_tag_not_found":
         return f"{key}.rule", "missing required key"
@@ -312,18 +344,18 @@ def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
 
 def _to_rule(index: int, item: pydantic.BaseModel) -> EvalgateRule:
     values = item.model_dump()
-    key = _THRESHOLD_KEYS[values["rule"]]
-    threshold = None if key is None else float(values[key])
+    key = _LIMIT_KEYS[values["rule"]]
+    limit = None if key is None else float(values[key])
     groups = {key: tuple(values.get(key, ())) for key in ("public", "private")}
     return EvalgateRule(
-        values["rule"], index, values.get("slice"), values.get("metric"), threshold, **groups
+        values["rule"], index, values.get("slice"), values.get("metric"), limit, **groups
     )
 
 
 # ------------------------------------------------------------ single-model and gap rules
 
 
-def evalgate_check_single(source: str, baseline: str | None, rules: Iterable[Any]) -> None:
+def evalgate_check_single(source: str, baseline: str | None, rules: Iterable[EvalgateRule]) -> None:
     """Refuse, naming the rule, a rule that needs a baseline in a policy with ``baseline: null``.
 
     ``rules`` are ``policy.EvalgateRule`` values (``rule`` and ``index`` are read). Raises
@@ -341,7 +373,7 @@ def evalgate_check_single(source: str, baseline: str | None, rules: Iterable[Any
             raise EvalgatePolicyError(source, f"rules[{rule.index}].rule", reason)
 
 
-def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:
+def evalgate_check_gap_lists(source: str, rules: Iterable[EvalgateRule]) -> None:
     """Refuse, naming ``rules[i].public[j]`` or ``rules[i].private[j]``, a category given twice
     in one list or in both lists of a ``public_private_gap`` rule (``policy.EvalgateRule``
     values)."""
@@ -360,7 +392,7 @@ def evalgate_check_gap_lists(source: str, rules: Iterable[Any]) -> None:
 
 def evalgate_check_gap_rules(
     source: str,
-    rules: Iterable[Any],
+    rules: Iterable[EvalgateRule],
     categories: Collection[str],
     private: Collection[str],
     manifest: str,
@@ -383,11 +415,24 @@ def evalgate_check_gap_rules(
                     )
 
 
+def evalgate_unknown_category(name: str, categories: Collection[str]) -> str | None:
+    """Why ``name`` is not a slice of the suite (the reason lists its categories), or None.
+
+    The one check of a slice name: ``evalgate_check_slices`` (rules' slices against the suite),
+    the ``public_private_gap`` lists, and ``gate.rules`` (slices against the gate input's
+    categories) all ask it, so the three refusals read alike.
+    """
+    if name in categories:
+        return None
+    return f"no category {name!r} in the suite; categories: {', '.join(sorted(categories))}"
+
+
 def _entry_problem(
     key: str, name: str, categories: Collection[str], private: Collection[str], manifest: str
 ) -> str | None:
-    if name not in categories:
-        return f"no category {name!r} in the suite; categories: {', '.join(sorted(categories))}"
+    unknown = evalgate_unknown_category(name, categories)
+    if unknown is not None:
+        return unknown
     declared = ", ".join(sorted(private)) or "none"
     if key == "private" and name not in private:
         return f"{name!r} is not declared private in {manifest} (private: {declared})"
@@ -404,16 +449,30 @@ def evalgate_policy_path(manifest: EvalgateManifest, override: str | None) -> st
     return override or os.path.join(manifest.suite_dir, EVALGATE_POLICY_NAME)
 
 
-def evalgate_load_suite_policy(manifest: EvalgateManifest, override: str | None) -> EvalgatePolicy:
+def evalgate_load_suite_policy(
+    manifest: EvalgateManifest, override: str | None
+) -> EvalgateSuitePolicy:
     """Load the policy for ``manifest`` (its gate.yaml unless ``override``) and check it against
-    the suite: compared candidates exist, slices name the suite's categories."""
-    policy = evalgate_load_policy(evalgate_policy_path(manifest, override))
-    evalgate_pair(manifest, policy)
+    the suite (``evalgate_check_policy``)."""
+    return evalgate_check_policy(
+        manifest, evalgate_load_policy(evalgate_policy_path(manifest, override))
+    )
+
+
+def evalgate_check_policy(
+    manifest: EvalgateManifest, policy: EvalgatePolicy
+) -> EvalgateSuitePolicy:
+    """``policy`` checked against ``manifest``: the compared candidates exist, slices name the
+    suite's categories. Returns it with the (candidate, baseline) pair it compares, so no caller
+    recomputes the pair. Raises ``EvalgatePolicyError`` naming the role or ``rules[i].slice``.
+    """
+    pair = _pair(manifest, policy)
     evalgate_check_slices(manifest, policy)
-    return policy
+    fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(EvalgatePolicy)}
+    return EvalgateSuitePolicy(**fields, pair=pair)
 
 
-def evalgate_pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
+def _pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:
     """(candidate, baseline) names the policy compares, checked against the manifest.
 
     A single-model policy (``baseline: null``) pairs the candidate with itself: its paired rules
@@ -431,7 +490,9 @@ def evalgate_check_slices(manifest: EvalgateManifest, policy: EvalgatePolicy) ->
     """A slice must name a category of the suite (not only of what the store holds so far)."""
     known = sorted({case.category for case in manifest.cases})
     for rule in policy.rules:
-        if rule.slice not in (None, "*", "all") and rule.slice not in known:
-            reason = f"no category {rule.slice!r} in the suite; categories: {', '.join(known)}"
+        if rule.slice in (None, "*", "all"):
+            continue
+        reason = evalgate_unknown_category(str(rule.slice), known)
+        if reason is not None:
             raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].slice", reason)
     evalgate_check_gap_rules(policy.source, policy.rules, known, manifest.private, manifest.path)

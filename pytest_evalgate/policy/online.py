@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import pydantic
+from pydantic_core import ErrorDetails
 
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL
@@ -92,7 +93,7 @@ class _OnlineRule(pydantic.BaseModel):
     failure_limit: Annotated[int, pydantic.Field(ge=0, le=1000)] = 2
 
 
-def evalgate_online_rules(raw: Any, source: str) -> tuple[EvalgateOnlineRule, ...]:
+def evalgate_online_rules(raw: object, source: str) -> tuple[EvalgateOnlineRule, ...]:
     """Validate the ``online:`` list of ``source``; raise ``EvalgatePolicyError`` naming the key.
 
     ``None`` (no ``online:`` key) gives no rules. Refused: a non-list, unknown keys, a metric
@@ -109,7 +110,7 @@ def evalgate_online_rules(raw: Any, source: str) -> tuple[EvalgateOnlineRule, ..
     return rules
 
 
-def _one_rule(index: int, item: Any, source: str) -> EvalgateOnlineRule:
+def _one_rule(index: int, item: object, source: str) -> EvalgateOnlineRule:
     where = f"online[{index}]"
     if not isinstance(item, dict):
         raise EvalgatePolicyError(source, where, "a rule must be a mapping")
@@ -126,7 +127,7 @@ def _one_rule(index: int, item: Any, source: str) -> EvalgateOnlineRule:
     )
 
 
-def _describe(error: Mapping[str, Any]) -> tuple[str, str]:
+def _describe(error: ErrorDetails) -> tuple[str, str]:
     """pydantic's first error as (``.key`` suffix, reason)."""
     key = "".join(f".{part}" for part in error["loc"])
     kind = error["type"]

@@ -45,7 +45,7 @@ class EvalgateBasis:
 
 
 def evalgate_check_basis(
-    envelopes: Sequence[Mapping[str, Any]],
+    envelopes: Sequence[Mapping[str, object]],
     digest: str,
     verify: EvalgateVerifier,
     now: datetime | None = None,
@@ -74,7 +74,9 @@ def evalgate_check_basis(
     return basis
 
 
-def _verified(envelope: Mapping[str, Any], digest: str, verify: EvalgateVerifier) -> dict[str, Any]:
+def _verified(
+    envelope: Mapping[str, object], digest: str, verify: EvalgateVerifier
+) -> dict[str, Any]:
     try:
         statement = verify(envelope)
     except EvalgateSignatureError as exc:
@@ -88,17 +90,17 @@ def _verified(envelope: Mapping[str, Any], digest: str, verify: EvalgateVerifier
     return statement
 
 
-def _kind_name(predicate_type: Any) -> str:
+def _kind_name(predicate_type: object) -> str:
     return "decision" if predicate_type == EVALGATE_PREDICATE_TYPE else "override"
 
 
-def _digest_of(subject: Any) -> str:
+def _digest_of(subject: object) -> str:
     digests = subject.get("digest") if isinstance(subject, dict) else None
     return f"sha256:{digests.get('sha256') if isinstance(digests, dict) else None}"
 
 
 def _basis(
-    decision_env: Mapping[str, Any],
+    decision_env: Mapping[str, object],
     decision: dict[str, Any],
     override: dict[str, Any] | None,
     now: datetime | None,

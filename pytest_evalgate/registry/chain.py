@@ -204,7 +204,7 @@ def evalgate_entry_from_statement(
     return entry
 
 
-def _check_types(predicate: Mapping[str, Any]) -> None:
+def _check_types(predicate: Mapping[str, object]) -> None:
     texts = ("digest", "state", "who", "when", "why")
     optional = ("previous_state", "previous_entry", "attestation_sha256", "override_sha256")
     ok = (
@@ -253,7 +253,7 @@ def evalgate_check_entry_shape(entry: EvalgateRegistryEntry) -> None:
             raise EvalgateRegistryError(f"it names attestation {stated} but carries no copy")
 
 
-def _payload_digests(envelopes: Iterable[Mapping[str, Any]]) -> set[str]:
+def _payload_digests(envelopes: Iterable[Mapping[str, object]]) -> set[str]:
     try:
         return {evalgate_payload_sha256(envelope) for envelope in envelopes}
     except EvalgateSignatureError as exc:
@@ -300,7 +300,7 @@ def _subject(digest: str) -> dict[str, Any]:
     return {"name": digest, "digest": {"sha256": digest.removeprefix("sha256:")}}
 
 
-def evalgate_entry_statement(digest: str, predicate: dict[str, Any]) -> dict[str, Any]:
+def evalgate_entry_statement(digest: str, predicate: Mapping[str, object]) -> dict[str, Any]:
     """The in-toto Statement of an entry's predicate (what the registry key signs)."""
     return {
         "_type": EVALGATE_STATEMENT_TYPE,

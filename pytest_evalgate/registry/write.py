@@ -109,7 +109,7 @@ def _predicate(
     }
 
 
-def _publish(folder: str, sequence: int, envelope: Mapping[str, Any]) -> str:
+def _publish(folder: str, sequence: int, envelope: Mapping[str, object]) -> str:
     """Write a hidden temp file, fsync it, hard-link it to the entry's name (which fails when
     the name exists: an entry is never replaced), fsync the folder."""
     os.makedirs(folder, exist_ok=True)
@@ -150,7 +150,7 @@ def evalgate_registry_promote(
     root: str,
     digest: str,
     to: str,
-    attestations: Sequence[Mapping[str, Any]],
+    attestations: Sequence[Mapping[str, object]],
     sign_key_path: str,
     *,
     who: str,
@@ -185,7 +185,7 @@ def _promotion_draft(
     root: str,
     chain: EvalgateRegistryChain,
     to: str,
-    given: Sequence[Mapping[str, Any]],
+    given: Sequence[Mapping[str, object]],
     who: str,
     now: datetime | None,
 ) -> EvalgateRegistryDraft:
@@ -232,7 +232,7 @@ def _gate_verifier(root: str) -> EvalgateVerifier:
 
 
 def _basis_envelopes(
-    root: str, chain: EvalgateRegistryChain, given: Sequence[Mapping[str, Any]]
+    root: str, chain: EvalgateRegistryChain, given: Sequence[Mapping[str, object]]
 ) -> list[Mapping[str, Any]]:
     """The decision (first) and override (second) a promotion rests on."""
     if not given:
@@ -246,7 +246,7 @@ def _basis_envelopes(
     return [*decisions, *(e for e, _ in overrides)]
 
 
-def _verify_kind(verify: EvalgateVerifier, envelope: Mapping[str, Any]) -> tuple[Any, Any]:
+def _verify_kind(verify: EvalgateVerifier, envelope: Mapping[str, object]) -> tuple[Any, Any]:
     """(predicateType, predicate) of a verified envelope."""
     try:
         statement = verify(envelope)
@@ -255,7 +255,7 @@ def _verify_kind(verify: EvalgateVerifier, envelope: Mapping[str, Any]) -> tuple
     return statement.get("predicateType"), statement.get("predicate")
 
 
-def _recorded_decision(chain: EvalgateRegistryChain, override: Any) -> Mapping[str, Any]:
+def _recorded_decision(chain: EvalgateRegistryChain, override: object) -> Mapping[str, Any]:
     linked = override.get("decision", {}) if isinstance(override, dict) else {}
     wanted = linked.get("payload_sha256") if isinstance(linked, dict) else None
     for entry in reversed(chain.entries):

@@ -1,6 +1,7 @@
 """Reports people read, made of the decision record (SPEC section 16).
 
-- ``record``: the decision record itself (``decision.json``).
+- ``shape``: the decision record's types (``EvalgateDecision`` and its parts); ``record``: the
+  decision record itself (``decision.json``), built from them.
 - ``summary``: the terminal lines.
 - ``facts``: what every format says (verdict reason, slice and rule rows, signature);
   ``changes``: candidate against baseline pins, and the definition against the last decision.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_evalgate.report.facts import EvalgateReportContext, evalgate_fact_text
+from pytest_evalgate.report.shape import EvalgateDecision
 
 # Pins in the order a reader scans them (SPEC section 2); others follow sorted.
 _PIN_ORDER = (
@@ -32,9 +32,9 @@ class EvalgateChangeRow:
     changed: bool
 
 
-def evalgate_pin_changes(decision: Mapping[str, Any]) -> list[EvalgateChangeRow]:
+def evalgate_pin_changes(decision: EvalgateDecision) -> list[EvalgateChangeRow]:
     """Model and pins of the baseline (before) against the candidate (now)."""
-    cand, base = decision.get("candidate") or {}, decision.get("baseline") or {}
+    cand, base = decision.get("candidate"), decision.get("baseline")
     if not cand or not base:
         return []
     rows = [_change("model", base.get("model"), cand.get("model"))]
@@ -44,13 +44,13 @@ def evalgate_pin_changes(decision: Mapping[str, Any]) -> list[EvalgateChangeRow]
     return rows + [_change(name, base_pins.get(name), cand_pins.get(name)) for name in order]
 
 
-def _change(name: str, before: Any, now: Any) -> EvalgateChangeRow:
+def _change(name: str, before: object, now: object) -> EvalgateChangeRow:
     before_text, now_text = evalgate_fact_text(before), evalgate_fact_text(now)
     return EvalgateChangeRow(name, before_text, now_text, before != now)
 
 
 def evalgate_definition_changes(
-    decision: Mapping[str, Any], previous: Mapping[str, Any] | None
+    decision: EvalgateDecision, previous: EvalgateDecision | None
 ) -> list[EvalgateChangeRow]:
     """Definition parts, policy and compared keys that differ from ``previous``."""
     if previous is None:
@@ -67,7 +67,7 @@ def evalgate_definition_changes(
 
 
 def _part_changes(
-    decision: Mapping[str, Any], previous: Mapping[str, Any]
+    decision: EvalgateDecision, previous: EvalgateDecision
 ) -> list[EvalgateChangeRow]:
     now, before = decision.get("definition_parts"), previous.get("definition_parts")
     if now is None or before is None:
@@ -78,8 +78,8 @@ def _part_changes(
     return [_change(f"definition.{n}", before.get(n), now.get(n)) for n in names]
 
 
-def _dig(record: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = record
+def _dig(record: EvalgateDecision, path: tuple[str, ...]) -> object:
+    value: object = record
     for key in path:
         value = value.get(key) if isinstance(value, Mapping) else None
     return value

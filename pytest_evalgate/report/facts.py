@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from pytest_evalgate.report.shape import (
+    EvalgateDecision,
+    EvalgatePercentiles,
+    EvalgateRateRecord,
+    EvalgateRuleRecord,
+)
 
 _PAIRED = ("non_inferior", "must_improve", "pairwise", "no_regression")
 # Rules on the paired candidate-minus-baseline scale (the forest plot's axis).
@@ -46,7 +52,7 @@ class EvalgateReportContext:
     """
 
     signature: EvalgateSignatureStatus | None = None
-    previous: Mapping[str, Any] | None = None
+    previous: EvalgateDecision | None = None
     searched: bool = False
     texts: Mapping[str, Mapping[str, str]] | None = None
 
@@ -84,17 +90,17 @@ class EvalgateRuleRow:
 # --------------------------------------------------------------------------- numbers
 
 
-def evalgate_num(value: Any) -> str:
+def evalgate_num(value: float | None) -> str:
     """A signed number with four decimals (``+0.0233``), ``-`` for None: the terminal's form."""
     return "-" if value is None else f"{float(value):+.4f}"
 
 
-def evalgate_interval(lo: Any, hi: Any) -> str:
+def evalgate_interval(lo: float | None, hi: float | None) -> str:
     """``[lo, hi]`` in :func:`evalgate_num` form."""
     return f"[{evalgate_num(lo)}, {evalgate_num(hi)}]"
 
 
-def evalgate_rate(entry: Mapping[str, Any] | None) -> str:
+def evalgate_rate(entry: EvalgateRateRecord | None) -> str:
     """``passed/scored (rate %)``, ``-`` when nothing was scored."""
     if not entry or not entry.get("scored"):
         return "-"
@@ -103,7 +109,7 @@ def evalgate_rate(entry: Mapping[str, Any] | None) -> str:
     )
 
 
-def evalgate_seconds(value: Any) -> str:
+def evalgate_seconds(value: float | None) -> str:
     """A latency in milliseconds (``31.6 ms``), ``-`` for None."""
     return "-" if value is None else f"{1000.0 * float(value):.1f} ms"
 
@@ -111,7 +117,7 @@ def evalgate_seconds(value: Any) -> str:
 # --------------------------------------------------------------------------- verdict
 
 
-def evalgate_verdict_reason(decision: Mapping[str, Any]) -> str:
+def evalgate_verdict_reason(decision: EvalgateDecision) -> str:
     """One sentence saying why the verdict is what it is."""
     verdict = decision["verdict"]
     reason = {
@@ -125,7 +131,7 @@ def evalgate_verdict_reason(decision: Mapping[str, Any]) -> str:
     return reason + "."
 
 
-def _pass_reason(decision: Mapping[str, Any]) -> str:
+def _pass_reason(decision: EvalgateDecision) -> str:
     counts = decision["counts"]
     return (
         f"all {len(decision['rules'])} rules pass over {counts['completed']}/"
@@ -133,18 +139,16 @@ def _pass_reason(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _fail_reason(decision: Mapping[str, Any]) -> str:
+def _fail_reason(decision: EvalgateDecision) -> str:
     failed = [rule for rule in decision["rules"] if not rule["passed"]]
-    first = failed[0] if failed else {"name": "?", "reason": ""}
+    name, reason = (failed[0]["name"], failed[0].get("reason", "")) if failed else ("?", "")
     more = f" (and {', '.join(r['name'] for r in failed[1:4])})" if len(failed) > 1 else ""
     return (
-        f"{len(failed)} of {len(decision['rules'])} rules failed: {first['name']}"
-        f" {first.get('reason', '')}".rstrip()
-        + more
+        f"{len(failed)} of {len(decision['rules'])} rules failed: {name} {reason}".rstrip() + more
     )
 
 
-def _incomplete_reason(decision: Mapping[str, Any]) -> str:
+def _incomplete_reason(decision: EvalgateDecision) -> str:
     counts = decision["counts"]
     errored = sum(counts["errors"].values())
     errors = ", ".join(f"{name} {count}" for name, count in counts["errors"].items())
@@ -155,7 +159,7 @@ def _incomplete_reason(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _invalid_reason(decision: Mapping[str, Any]) -> str:
+def _invalid_reason(decision: EvalgateDecision) -> str:
     counts = decision["counts"]
     first = counts["problems"][0] if counts["problems"] else "see the store"
     return (
@@ -163,7 +167,7 @@ def _invalid_reason(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _partial_reason(decision: Mapping[str, Any]) -> str:
+def _partial_reason(decision: EvalgateDecision) -> str:
     rules = decision["rules"]
     failed = sum(1 for rule in rules if not rule["passed"])
     outcome = "all pass" if not failed else f"{failed} failed"
@@ -176,7 +180,7 @@ def _partial_reason(decision: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- slices and rules
 
 
-def evalgate_slice_rows(decision: Mapping[str, Any]) -> list[EvalgateSliceRow]:
+def evalgate_slice_rows(decision: EvalgateDecision) -> list[EvalgateSliceRow]:
     """One row per slice: ``all`` first, then the categories in order."""
     rates = decision.get("rates") or {}
     cand_rates = rates.get(_role_name(decision, "candidate")) or {}
@@ -186,16 +190,16 @@ def evalgate_slice_rows(decision: Mapping[str, Any]) -> list[EvalgateSliceRow]:
     return [_slice_row(decision, name, cand_rates, base_rates, flips) for name in names]
 
 
-def _role_name(decision: Mapping[str, Any], role: str) -> str:
-    side = decision.get(role)
+def _role_name(decision: EvalgateDecision, role: str) -> str:
+    side = decision.get("candidate") if role == "candidate" else decision.get("baseline")
     return str(side["name"]) if side else role
 
 
 def _slice_row(
-    decision: Mapping[str, Any],
+    decision: EvalgateDecision,
     name: str,
-    cand: Mapping[str, Any],
-    base: Mapping[str, Any],
+    cand: Mapping[str, EvalgateRateRecord],
+    base: Mapping[str, EvalgateRateRecord],
     flips: Mapping[str, tuple[list[str], list[str]]],
 ) -> EvalgateSliceRow:
     rules = [rule for rule in decision["rules"] if rule.get("slice") == name]
@@ -216,30 +220,31 @@ def _slice_row(
     )
 
 
-def _slice_threshold(main: Mapping[str, Any] | None) -> str:
+def _slice_threshold(main: EvalgateRuleRecord | None) -> str:
     """The main rule's boundary on the delta scale; no_regression's is a p-value."""
     if main is None:
         return "-"
+    threshold = main.get("threshold")
     if main["rule"] == "no_regression":
-        return "-" if main.get("threshold") is None else f"p < {float(main['threshold']):.2f}"
-    return evalgate_num(main.get("threshold"))
+        return "-" if threshold is None else f"p < {float(threshold):.2f}"
+    return evalgate_num(threshold)
 
 
-def _slice_n(decision: Mapping[str, Any], name: str, main: Mapping[str, Any] | None) -> str:
+def _slice_n(decision: EvalgateDecision, name: str, main: EvalgateRuleRecord | None) -> str:
     entry = (decision.get("slices") or {}).get(name)
     if entry is not None:
         return str(entry["n_cases"])
     return str(main["n_cases"]) if main and main.get("n_cases") else "-"
 
 
-def _slice_result(rules: Sequence[Mapping[str, Any]]) -> str:
+def _slice_result(rules: Sequence[EvalgateRuleRecord]) -> str:
     if not rules:
         return "no rule"
     failed = [rule["rule"] for rule in rules if not rule["passed"]]
     return "FAIL: " + ", ".join(failed) if failed else "pass"
 
 
-def _flips_by_slice(decision: Mapping[str, Any]) -> dict[str, tuple[list[str], list[str]]]:
+def _flips_by_slice(decision: EvalgateDecision) -> dict[str, tuple[list[str], list[str]]]:
     """Slice -> (fixed: baseline wrong, candidate right; broken: the other way)."""
     out: dict[str, tuple[list[str], list[str]]] = {}
     for flip in decision["flipped"]["cases"]:
@@ -249,7 +254,7 @@ def _flips_by_slice(decision: Mapping[str, Any]) -> dict[str, tuple[list[str], l
     return out
 
 
-def evalgate_rule_rows(decision: Mapping[str, Any]) -> list[EvalgateRuleRow]:
+def evalgate_rule_rows(decision: EvalgateDecision) -> list[EvalgateRuleRow]:
     """One row per rule, in policy order."""
     return [
         EvalgateRuleRow(
@@ -265,12 +270,12 @@ def evalgate_rule_rows(decision: Mapping[str, Any]) -> list[EvalgateRuleRow]:
     ]
 
 
-def _rule_result(rule: Mapping[str, Any]) -> str:
+def _rule_result(rule: EvalgateRuleRecord) -> str:
     result = "pass" if rule["passed"] else "FAIL"
     return result if rule.get("evaluated", True) else f"{result} (not evaluated)"
 
 
-def evalgate_unflipped_shown(decision: Mapping[str, Any]) -> int:
+def evalgate_unflipped_shown(decision: EvalgateDecision) -> int:
     """Flipped cases counted but not listed (the record keeps the first 1000 ids)."""
     flipped = decision["flipped"]
     return int(flipped["count"]) - len(flipped["cases"])
@@ -279,7 +284,7 @@ def evalgate_unflipped_shown(decision: Mapping[str, Any]) -> int:
 # --------------------------------------------------------------------------- errors, facts
 
 
-def evalgate_error_rows(decision: Mapping[str, Any]) -> list[tuple[str, str, int]]:
+def evalgate_error_rows(decision: EvalgateDecision) -> list[tuple[str, str, int]]:
     """(phase, category, identities): the eval's errors, then the load phase's per side."""
     rows = [("eval", name, int(count)) for name, count in decision["counts"]["errors"].items()]
     phase = decision.get("perf_phase") or {}
@@ -288,7 +293,7 @@ def evalgate_error_rows(decision: Mapping[str, Any]) -> list[tuple[str, str, int
     return rows
 
 
-def evalgate_facts(decision: Mapping[str, Any], key: str) -> list[tuple[str, str]]:
+def evalgate_facts(decision: EvalgateDecision, key: str) -> list[tuple[str, str]]:
     """The judge's or sandbox's facts as (dotted name, value) rows; [] when the key is absent.
 
     The shape of those blocks belongs to their stages; any nesting of builtins is shown.
@@ -301,7 +306,7 @@ def evalgate_facts(decision: Mapping[str, Any], key: str) -> list[tuple[str, str
     return list(_leaves(block, ""))[:_FACTS_SHOWN]
 
 
-def _leaves(value: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, str]]:
+def _leaves(value: Mapping[object, object], prefix: str) -> Iterator[tuple[str, str]]:
     for name in sorted(value, key=str):
         item = value[name]
         if isinstance(item, Mapping) and item:
@@ -310,7 +315,7 @@ def _leaves(value: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, str]]:
             yield f"{prefix}{name}", evalgate_fact_text(item)
 
 
-def evalgate_fact_text(value: Any) -> str:
+def evalgate_fact_text(value: object) -> str:
     """A fact as a reader sees it: ``-`` for None, yes/no, four significant digits."""
     if value is None:
         return "-"
@@ -326,7 +331,7 @@ def evalgate_fact_text(value: Any) -> str:
 # --------------------------------------------------------------------------- perf, signature
 
 
-def evalgate_latency_source(decision: Mapping[str, Any]) -> str:
+def evalgate_latency_source(decision: EvalgateDecision) -> str:
     """Where the latency samples come from: the load phase, or the eval requests."""
     phase = decision.get("perf_phase")
     if not phase:
@@ -338,15 +343,18 @@ def evalgate_latency_source(decision: Mapping[str, Any]) -> str:
     )
 
 
-def evalgate_latency_rows(decision: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+def evalgate_latency_rows(
+    decision: EvalgateDecision,
+) -> list[tuple[str, str, EvalgatePercentiles]]:
     """(metric, side, figures) for each latency metric and side that has samples."""
     perf = decision.get("perf") or {}
     rows = []
     for metric in LATENCY_METRICS:
-        for side in ("candidate", "baseline"):
-            figures = (perf.get(metric) or {}).get(side) or {}
-            if figures.get("n"):
-                rows.append((metric, side, dict(figures)))
+        sides = perf.get(metric)
+        both = (None, None) if sides is None else (sides.get("candidate"), sides.get("baseline"))
+        for side, figures in zip(("candidate", "baseline"), both, strict=True):
+            if figures and figures.get("n"):
+                rows.append((metric, side, EvalgatePercentiles(**figures)))
     return rows
 
 

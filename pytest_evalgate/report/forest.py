@@ -12,11 +12,19 @@ from __future__ import annotations
 
 import inspect
 import io
+import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_evalgate.report.facts import EVALGATE_DELTA_RULES, evalgate_latency_rows
+from pytest_evalgate.report.shape import EvalgateDecision, EvalgateRuleRecord
+
+if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "not evaluated": "#6e7781"}
 _MARKERS = {"non_inferior": "o", "must_improve": "^", "no_regression": "s", "pairwise": "D"}
@@ -26,20 +34,20 @@ _SIDE_COLOURS = {"candidate": "#0969da", "baseline": "#8c959f"}
 _WIDTH_IN = 8.0
 
 
-def evalgate_forest_rules(decision: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+def evalgate_forest_rules(decision: EvalgateDecision) -> dict[str, list[EvalgateRuleRecord]]:
     """Slice -> its rules that have an interval on the paired scale, ``all`` first."""
-    groups: dict[str, list[Mapping[str, Any]]] = {}
+    groups: dict[str, list[EvalgateRuleRecord]] = {}
     for rule in decision["rules"]:
         if rule["rule"] in EVALGATE_DELTA_RULES and rule.get("slice") and _has_interval(rule):
             groups.setdefault(str(rule["slice"]), []).append(rule)
     return dict(sorted(groups.items(), key=lambda item: (item[0] != "all", item[0])))
 
 
-def _has_interval(rule: Mapping[str, Any]) -> bool:
+def _has_interval(rule: EvalgateRuleRecord) -> bool:
     return rule.get("lo") is not None and rule.get("hi") is not None
 
 
-def evalgate_forest_png(decision: Mapping[str, Any], path: str) -> bool:
+def evalgate_forest_png(decision: EvalgateDecision, path: str) -> bool:
     """Write ``forest.png``; False (nothing written) when no rule has a paired interval."""
     figure = _forest_figure(decision)
     if figure is None:
@@ -49,18 +57,22 @@ def evalgate_forest_png(decision: Mapping[str, Any], path: str) -> bool:
     return True
 
 
-def evalgate_forest_svg(decision: Mapping[str, Any]) -> str | None:
+def evalgate_forest_svg(decision: EvalgateDecision) -> str | None:
     """The forest plot as an inline ``<svg>`` element (text kept as text), or None."""
     figure = _forest_figure(decision)
     return None if figure is None else _svg(figure, "forest plot of the paired rules")
 
 
-def evalgate_latency_svg(decision: Mapping[str, Any]) -> str | None:
+def evalgate_latency_svg(decision: EvalgateDecision) -> str | None:
     """Box plots of each latency metric, candidate against baseline, from the decision's
     quantile summary (whiskers p5-p99, box p25-p75, median line, p95 cross); None without
     samples."""
-    rows = [row for row in evalgate_latency_rows(decision) if row[2].get("quantiles")]
-    metrics = list(dict.fromkeys(metric for metric, _side, _figures in rows))
+    rows = [
+        (metric, side, quantiles)
+        for metric, side, figures in evalgate_latency_rows(decision)
+        if (quantiles := figures.get("quantiles"))
+    ]
+    metrics = list(dict.fromkeys(metric for metric, _side, _quantiles in rows))
     if not metrics:
         return None
     plt = _pyplot()
@@ -72,14 +84,15 @@ def evalgate_latency_svg(decision: Mapping[str, Any]) -> str | None:
     return _svg(figure, "latency distributions of candidate and baseline")
 
 
-def _latency_axes(ax: Any, metric: str, sides: Sequence[tuple[str, dict[str, Any]]]) -> None:
-    stats = [_box(side, figures["quantiles"]) for side, figures in sides]
+def _latency_axes(ax: Axes, metric: str, sides: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+    """``sides``: (side, quantiles) of one metric."""
+    stats = [_box(side, quantiles) for side, quantiles in sides]
     boxes = ax.bxp(stats, showfliers=False, patch_artist=True, widths=0.55, **_horizontal(ax))
     for patch, (side, _figures) in zip(boxes["boxes"], sides, strict=True):
         patch.set_facecolor(_SIDE_COLOURS[side])
         patch.set_alpha(0.55)
-    for row, (_side, figures) in enumerate(sides, start=1):
-        ax.plot([1000.0 * figures["quantiles"]["p95"]], [row], "x", color="black", markersize=6)
+    for row, (_side, quantiles) in enumerate(sides, start=1):
+        ax.plot([1000.0 * quantiles["p95"]], [row], "x", color="black", markersize=6)
     ax.set_title(f"{metric} (ms)", fontsize=9, loc="left")
     ax.tick_params(labelsize=8)
     lo = min(box["whislo"] for box in stats)
@@ -88,7 +101,7 @@ def _latency_axes(ax: Any, metric: str, sides: Sequence[tuple[str, dict[str, Any
     ax.set_xlim(max(0.0, lo - pad), hi + pad)  # the spread, not the distance from zero
 
 
-def _horizontal(ax: Any) -> dict[str, Any]:
+def _horizontal(ax: Axes) -> dict[str, Any]:
     # matplotlib 3.10 added ``orientation`` and 3.11 deprecated ``vert``: use what this one has.
     if "orientation" in inspect.signature(ax.bxp).parameters:
         return {"orientation": "horizontal"}
@@ -110,12 +123,14 @@ def _box(side: str, quantiles: Mapping[str, float]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- forest
 
 
-def _forest_figure(decision: Mapping[str, Any]) -> Any:
+def _forest_figure(decision: EvalgateDecision) -> Figure | None:
     groups = evalgate_forest_rules(decision)
     if not groups:
         return None
     plt = _pyplot()
     height = 0.62 * len(groups) + 2.1
+    figure: Figure
+    axes: Axes
     figure, axes = plt.subplots(figsize=(_WIDTH_IN, height), layout="constrained")
     for band, rules in enumerate(groups.values()):
         _forest_band(axes, len(groups) - 1 - band, rules)
@@ -129,39 +144,45 @@ def _forest_figure(decision: Mapping[str, Any]) -> Any:
     return figure
 
 
-def _forest_band(axes: Any, y: float, rules: Sequence[Mapping[str, Any]]) -> None:
+def _forest_band(axes: Axes, y: float, rules: Sequence[EvalgateRuleRecord]) -> None:
     offsets = _offsets(len(rules))
     for rule, dy in zip(rules, offsets, strict=True):
-        if rule["rule"] == "non_inferior" and rule.get("threshold") is not None:
+        threshold = rule.get("threshold")
+        if rule["rule"] == "non_inferior" and threshold is not None:
             axes.fill_betweenx(
-                [y - 0.4, y + 0.4], rule["threshold"], 0.0, color=_MARGIN_COLOUR, alpha=0.45, lw=0
+                [y - 0.4, y + 0.4], threshold, 0.0, color=_MARGIN_COLOUR, alpha=0.45, lw=0
             )
-            axes.plot([rule["threshold"]] * 2, [y - 0.4, y + 0.4], color="#bc4c00", lw=1)
-        elif rule["rule"] == "must_improve" and rule.get("threshold") is not None:
-            axes.plot([rule["threshold"]] * 2, [y - 0.4, y + 0.4], color="#57606a", lw=1.5)
+            axes.plot([threshold] * 2, [y - 0.4, y + 0.4], color="#bc4c00", lw=1)
+        elif rule["rule"] == "must_improve" and threshold is not None:
+            axes.plot([threshold] * 2, [y - 0.4, y + 0.4], color="#57606a", lw=1.5)
         result = _result(rule)
         colour = _COLOURS[result]
         style = _STYLES[result]  # not colour alone: a failed rule's line is dashed, marker hollow
-        axes.plot([rule["lo"], rule["hi"]], [y + dy, y + dy], color=colour, linewidth=2.2, ls=style)
+        ends = [_at(rule["lo"]), _at(rule["hi"])]
+        axes.plot(ends, [y + dy, y + dy], color=colour, linewidth=2.2, ls=style)
         marker = _MARKERS.get(str(rule["rule"]), "o")
         face = "white" if result == "fail" else colour
-        axes.plot([rule["estimate"]], [y + dy], marker, color=colour, mfc=face, markersize=6.5)
+        axes.plot([_at(rule["estimate"])], [y + dy], marker, color=colour, mfc=face, markersize=6.5)
 
 
-def _xlim(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> tuple[float, float]:
+def _xlim(groups: Mapping[str, Sequence[EvalgateRuleRecord]]) -> tuple[float, float]:
     """Room on both sides of every interval and threshold, so a margin's edge stays visible."""
     values = [0.0]
     for rules in groups.values():
         for rule in rules:
-            values += [rule["lo"], rule["hi"]]
-            if (
-                rule["rule"] in ("non_inferior", "must_improve")
-                and rule.get("threshold") is not None
-            ):
-                values.append(rule["threshold"])
+            values += [_at(rule["lo"]), _at(rule["hi"])]
+            threshold = rule.get("threshold")
+            if rule["rule"] in ("non_inferior", "must_improve") and threshold is not None:
+                values.append(threshold)
     lo, hi = min(values), max(values)
     pad = 0.08 * max(hi - lo, 1e-3)
     return lo - pad, hi + pad
+
+
+def _at(value: float | None) -> float:
+    """A coordinate: None (a number the record does not have) is NaN, which matplotlib draws as
+    a gap, as it does None. The plotted rules all have their interval (``_has_interval``)."""
+    return math.nan if value is None else value
 
 
 def _offsets(count: int) -> list[float]:
@@ -171,14 +192,14 @@ def _offsets(count: int) -> list[float]:
     return [0.28 - step * i for i in range(count)]
 
 
-def _result(rule: Mapping[str, Any]) -> str:
+def _result(rule: EvalgateRuleRecord) -> str:
     if not rule.get("evaluated", True):
         return "not evaluated"
     return "pass" if rule["passed"] else "fail"
 
 
 def _forest_axes(
-    axes: Any, decision: Mapping[str, Any], groups: Mapping[str, Sequence[Mapping[str, Any]]]
+    axes: Axes, decision: EvalgateDecision, groups: Mapping[str, Sequence[EvalgateRuleRecord]]
 ) -> None:
     labels = [f"{name}\nn={_n(decision, name, rules)}" for name, rules in groups.items()]
     axes.set_yticks(range(len(groups)), list(reversed(labels)), fontsize=9)
@@ -193,12 +214,12 @@ def _forest_axes(
     axes.set_title(_title(decision), fontsize=11, loc="left")
 
 
-def _n(decision: Mapping[str, Any], name: str, rules: Sequence[Mapping[str, Any]]) -> str:
+def _n(decision: EvalgateDecision, name: str, rules: Sequence[EvalgateRuleRecord]) -> str:
     entry = (decision.get("slices") or {}).get(name)
     return str(entry["n_cases"] if entry else rules[0].get("n_cases", "?"))
 
 
-def _title(decision: Mapping[str, Any]) -> str:
+def _title(decision: EvalgateDecision) -> str:
     rules = decision["rules"]
     passed = sum(1 for rule in rules if rule["passed"])
     return (
@@ -207,13 +228,13 @@ def _title(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _legend(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Any]:
+def _legend(groups: Mapping[str, Sequence[EvalgateRuleRecord]]) -> list[Artist]:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     kinds = sorted({str(rule["rule"]) for rules in groups.values() for rule in rules})
     results = sorted({_result(rule) for rules in groups.values() for rule in rules})
-    handles: list[Any] = [
+    handles: list[Artist] = [
         Line2D([], [], color=_COLOURS[r], linewidth=2.2, ls=_STYLES[r], label=r) for r in results
     ]
     handles += [
@@ -227,7 +248,7 @@ def _legend(groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[Any]:
 # --------------------------------------------------------------------------- matplotlib
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,15 +257,18 @@ def _pyplot() -> Any:
     return pyplot
 
 
-def _as_list(axes: Any) -> list[Any]:
-    return list(axes) if hasattr(axes, "__len__") else [axes]
+def _as_list(axes: object) -> list[Axes]:
+    """``subplots``' axes: one ``Axes``, or an array of them."""
+    from matplotlib.axes import Axes
+
+    return [axes] if isinstance(axes, Axes) else list(cast("Iterable[Axes]", axes))
 
 
-def _close(figure: Any) -> None:
+def _close(figure: Figure) -> None:
     _pyplot().close(figure)
 
 
-def _svg(figure: Any, label: str) -> str:
+def _svg(figure: Figure, label: str) -> str:
     """The figure as an inline ``<svg>``: no XML prologue, no fixed size (it scales to its
     container), text as text, ids salted so reruns give the same bytes."""
     import matplotlib

@@ -9,11 +9,11 @@ segment (atomically, never replacing a file) and never read by aggregation (it l
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import cast
 
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.report.shape import EvalgateDecision
 from pytest_evalgate.store import EvalgateStoreBackend
 
 EVALGATE_DECISIONS_FOLDER = "decisions"
@@ -25,7 +25,7 @@ def evalgate_decisions_prefix(suite: str) -> str:
 
 
 def evalgate_keep_decision(
-    backend: EvalgateStoreBackend, decision: Mapping[str, Any], now: datetime | None = None
+    backend: EvalgateStoreBackend, decision: EvalgateDecision, now: datetime | None = None
 ) -> str:
     """Publish a copy of ``decision``; returns its store path. Names sort by time (UTC,
     microseconds), then by the record's digest."""
@@ -37,7 +37,7 @@ def evalgate_keep_decision(
     return relpath
 
 
-def evalgate_last_decision(backend: EvalgateStoreBackend, suite: str) -> dict[str, Any] | None:
+def evalgate_last_decision(backend: EvalgateStoreBackend, suite: str) -> EvalgateDecision | None:
     """The newest kept decision of ``suite`` that reads as a JSON object, or None."""
     prefix = evalgate_decisions_prefix(suite)
     names = [name for name in backend.evalgate_children(prefix) if name.endswith(".json")]
@@ -48,9 +48,11 @@ def evalgate_last_decision(backend: EvalgateStoreBackend, suite: str) -> dict[st
     return None
 
 
-def _load(backend: EvalgateStoreBackend, relpath: str) -> dict[str, Any] | None:
+def _load(backend: EvalgateStoreBackend, relpath: str) -> EvalgateDecision | None:
+    """A kept copy as a decision record (written by ``evalgate_keep_decision``; an older one
+    may lack optional keys, which the reports read with ``.get``)."""
     try:
         value = json.loads(backend.evalgate_read(relpath))
     except (OSError, ValueError):
         return None  # a damaged copy is history lost, not a reason to fail the report
-    return value if isinstance(value, dict) else None
+    return cast(EvalgateDecision, value) if isinstance(value, dict) else None

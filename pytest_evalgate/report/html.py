@@ -17,7 +17,6 @@ import base64
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
-from typing import Any
 
 from pytest_evalgate.report.changes import (
     EvalgateChangeRow,
@@ -42,6 +41,7 @@ from pytest_evalgate.report.facts import (
     evalgate_verdict_reason,
 )
 from pytest_evalgate.report.forest import evalgate_forest_svg, evalgate_latency_svg
+from pytest_evalgate.report.shape import EvalgateDecision, EvalgatePercentiles
 from pytest_evalgate.report.style import EVALGATE_REPORT_CSS
 
 _TEXT_CUT = 400
@@ -56,7 +56,7 @@ _SLICE_COLUMNS = (
 )  # fmt: skip
 
 
-def evalgate_html(decision: Mapping[str, Any], context: EvalgateReportContext | None = None) -> str:
+def evalgate_html(decision: EvalgateDecision, context: EvalgateReportContext | None = None) -> str:
     """report.html: the decision as one self-contained page."""
     context = context or EvalgateReportContext()
     verdict = str(decision["verdict"])
@@ -87,7 +87,7 @@ def evalgate_html(decision: Mapping[str, Any], context: EvalgateReportContext | 
     )
 
 
-def _banner(decision: Mapping[str, Any], verdict: str) -> str:
+def _banner(decision: EvalgateDecision, verdict: str) -> str:
     """The verdict a reviewer sees first, and why."""
     kind = escape(verdict)
     return "\n".join(
@@ -101,7 +101,7 @@ def _banner(decision: Mapping[str, Any], verdict: str) -> str:
     )
 
 
-def _head(decision: Mapping[str, Any]) -> str:
+def _head(decision: EvalgateDecision) -> str:
     digest = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
     policy = (
         f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{digest}'; "
@@ -160,17 +160,20 @@ def _table(
 # --------------------------------------------------------------------------- sections
 
 
-def _summary(decision: Mapping[str, Any], context: EvalgateReportContext) -> str:
+def _summary(decision: EvalgateDecision, context: EvalgateReportContext) -> str:
     sides = [
         ("", [escape(role), _code(side["model"]), _code(side["key"])])
-        for role in ("candidate", "baseline")
-        if (side := decision.get(role))
+        for role, side in (
+            ("candidate", decision.get("candidate")),
+            ("baseline", decision.get("baseline")),
+        )
+        if side
     ]
     table = _table([("role", ""), ("model", ""), ("candidate key", "")], sides) if sides else []
     return _section("summary", "Summary", [*table, _summary_facts(decision, context)])
 
 
-def _summary_facts(decision: Mapping[str, Any], context: EvalgateReportContext) -> str:
+def _summary_facts(decision: EvalgateDecision, context: EvalgateReportContext) -> str:
     counts, policy, dataset = decision["counts"], decision["policy"], decision["dataset"]
     signature = context.signature or EvalgateSignatureStatus("unsigned")
     items = [
@@ -187,7 +190,7 @@ def _summary_facts(decision: Mapping[str, Any], context: EvalgateReportContext) 
     return '<ul class="facts">' + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
 
 
-def _slices(decision: Mapping[str, Any], context: EvalgateReportContext) -> str:
+def _slices(decision: EvalgateDecision, context: EvalgateReportContext) -> str:
     rows = evalgate_slice_rows(decision)
     if not rows:
         return ""
@@ -258,7 +261,7 @@ def _cut(text: str) -> str:
     return text if len(text) <= _TEXT_CUT else text[: _TEXT_CUT - 3] + "..."
 
 
-def _forest(decision: Mapping[str, Any]) -> str:
+def _forest(decision: EvalgateDecision) -> str:
     svg = evalgate_forest_svg(decision)
     if svg is None:
         return ""
@@ -269,7 +272,7 @@ def _forest(decision: Mapping[str, Any]) -> str:
     return _section("forest", "Forest plot", [_figure(svg, caption)])
 
 
-def _rules(decision: Mapping[str, Any]) -> str:
+def _rules(decision: EvalgateDecision) -> str:
     rows = [
         (
             f' data-rule="{escape(r.name)}"',
@@ -292,7 +295,7 @@ def _rules(decision: Mapping[str, Any]) -> str:
     return _section("rules", "Rules", _table(header, rows))
 
 
-def _latency(decision: Mapping[str, Any]) -> str:
+def _latency(decision: EvalgateDecision) -> str:
     rows = evalgate_latency_rows(decision)
     if not rows:
         return ""
@@ -306,14 +309,14 @@ def _latency(decision: Mapping[str, Any]) -> str:
     return _section("latency", "Latency", [source, figure, *table])
 
 
-def _latency_row(metric: str, side: str, figures: Mapping[str, Any]) -> tuple[str, list[str]]:
+def _latency_row(metric: str, side: str, figures: EvalgatePercentiles) -> tuple[str, list[str]]:
     p99 = (figures.get("quantiles") or {}).get("p99")
     cells = [escape(metric), escape(side), str(figures["n"]), evalgate_seconds(figures.get("p50")),
              evalgate_seconds(figures.get("p95")), evalgate_seconds(p99)]  # fmt: skip
     return f' data-metric="{escape(metric)}" data-side="{escape(side)}"', cells
 
 
-def _errors(decision: Mapping[str, Any]) -> str:
+def _errors(decision: EvalgateDecision) -> str:
     rows = [
         (f' data-error="{escape(category)}"', [escape(phase), escape(category), str(count)])
         for phase, category, count in evalgate_error_rows(decision)
@@ -325,14 +328,14 @@ def _errors(decision: Mapping[str, Any]) -> str:
     )
 
 
-def _facts(decision: Mapping[str, Any], key: str) -> str:
+def _facts(decision: EvalgateDecision, key: str) -> str:
     rows = [("", [_code(name), escape(value)]) for name, value in evalgate_facts(decision, key)]
     if not rows:
         return ""
     return _section(key, key.capitalize(), _table([("fact", ""), ("value", "")], rows))
 
 
-def _changes(decision: Mapping[str, Any], context: EvalgateReportContext) -> str:
+def _changes(decision: EvalgateDecision, context: EvalgateReportContext) -> str:
     pins = evalgate_pin_changes(decision)
     body: list[str] = []
     if pins:

@@ -9,8 +9,7 @@ since the baseline, and the signature. Case text appears only when the context c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from pytest_evalgate.report.changes import (
     EvalgateChangeRow,
@@ -33,12 +32,13 @@ from pytest_evalgate.report.facts import (
     evalgate_unflipped_shown,
     evalgate_verdict_reason,
 )
+from pytest_evalgate.report.shape import EvalgateDecision, EvalgatePercentiles
 
 _TEXT_CUT = 200
 
 
 def evalgate_markdown(
-    decision: Mapping[str, Any], context: EvalgateReportContext | None = None
+    decision: EvalgateDecision, context: EvalgateReportContext | None = None
 ) -> str:
     """report.md: the decision as Markdown."""
     context = context or EvalgateReportContext()
@@ -81,7 +81,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[object]], align: str =
     return lines
 
 
-def _head(decision: Mapping[str, Any], context: EvalgateReportContext) -> list[str]:
+def _head(decision: EvalgateDecision, context: EvalgateReportContext) -> list[str]:
     verdict = decision["verdict"].upper()
     lines = [
         f"# Release gate: {evalgate_md_cell(decision['suite'])}",
@@ -110,16 +110,18 @@ def _signature(context: EvalgateReportContext) -> str:
     return evalgate_signature_text(context.signature or EvalgateSignatureStatus("unsigned"))
 
 
-def _sides(decision: Mapping[str, Any]) -> list[str]:
+def _sides(decision: EvalgateDecision) -> list[str]:
     rows = []
-    for role in ("candidate", "baseline"):
-        side = decision.get(role)
+    for role, side in (
+        ("candidate", decision.get("candidate")),
+        ("baseline", decision.get("baseline")),
+    ):
         if side:
             rows.append([role, _code(side["model"]), _code(side["key"])])
     return _table(["role", "model", "candidate key"], rows) if rows else []
 
 
-def _slices(decision: Mapping[str, Any]) -> list[str]:
+def _slices(decision: EvalgateDecision) -> list[str]:
     rows = [
         [
             _code(r.name), r.n, r.baseline, r.candidate, r.delta, r.interval, r.threshold,
@@ -133,7 +135,7 @@ def _slices(decision: Mapping[str, Any]) -> list[str]:
     return ["## Slices", "", *_table([*header, "result"], rows, "lrrrrlrl")]
 
 
-def _rules(decision: Mapping[str, Any]) -> list[str]:
+def _rules(decision: EvalgateDecision) -> list[str]:
     rows = [
         [
             _code(r.name), r.estimate, r.interval, r.threshold, r.n, r.result,
@@ -147,7 +149,7 @@ def _rules(decision: Mapping[str, Any]) -> list[str]:
     return ["## Rules", "", *_table(header, rows, "lrlrrll")]
 
 
-def _perf(decision: Mapping[str, Any]) -> list[str]:
+def _perf(decision: EvalgateDecision) -> list[str]:
     rows = [
         [metric, side, figures["n"], *_latency_cells(figures)]
         for metric, side, figures in evalgate_latency_rows(decision)
@@ -162,14 +164,14 @@ def _perf(decision: Mapping[str, Any]) -> list[str]:
     return lines + _table(header, rows, "llrrrr")
 
 
-def _latency_cells(figures: Mapping[str, Any]) -> list[str]:
+def _latency_cells(figures: EvalgatePercentiles) -> list[str]:
     quantiles = figures.get("quantiles") or {}
     p99 = quantiles.get("p99")
     return [evalgate_seconds(figures.get("p50")), evalgate_seconds(figures.get("p95")),
             evalgate_seconds(p99)]  # fmt: skip
 
 
-def _errors(decision: Mapping[str, Any]) -> list[str]:
+def _errors(decision: EvalgateDecision) -> list[str]:
     rows = evalgate_error_rows(decision)
     if not rows:
         return ["## Errors", "", "None: every requested identity has a result."]
@@ -177,7 +179,7 @@ def _errors(decision: Mapping[str, Any]) -> list[str]:
     return ["## Errors", "", *table]
 
 
-def _flips(decision: Mapping[str, Any], context: EvalgateReportContext) -> list[str]:
+def _flips(decision: EvalgateDecision, context: EvalgateReportContext) -> list[str]:
     count = decision["flipped"]["count"]
     if not count:
         return ["## Flipped cases", "", "None: no case changed between baseline and candidate."]
@@ -204,7 +206,7 @@ def _ids(ids: Sequence[str]) -> str:
     return ", ".join(_code(case_id) for case_id in ids) or "-"
 
 
-def _texts(decision: Mapping[str, Any], context: EvalgateReportContext) -> list[str]:
+def _texts(decision: EvalgateDecision, context: EvalgateReportContext) -> list[str]:
     if not context.texts:
         return []
     rows = []
@@ -225,7 +227,7 @@ def _cut(text: str) -> str:
     return evalgate_md_cell(text)
 
 
-def _facts(decision: Mapping[str, Any], key: str) -> list[str]:
+def _facts(decision: EvalgateDecision, key: str) -> list[str]:
     rows = evalgate_facts(decision, key)
     if not rows:
         return []
@@ -233,7 +235,7 @@ def _facts(decision: Mapping[str, Any], key: str) -> list[str]:
     return [f"## {key.capitalize()}", "", *_table(["fact", "value"], cells)]
 
 
-def _changes(decision: Mapping[str, Any], context: EvalgateReportContext) -> list[str]:
+def _changes(decision: EvalgateDecision, context: EvalgateReportContext) -> list[str]:
     lines = ["## What changed since the baseline", ""]
     pins = evalgate_pin_changes(decision)
     if pins:

@@ -12,18 +12,30 @@ published beside the reports.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pytest_evalgate import __version__
 from pytest_evalgate.aggregate.combine import EvalgateAggregate
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
-from pytest_evalgate.gate.rules import EvalgateGateResult
+from pytest_evalgate.gate.rules import EvalgateGateResult, EvalgateRuleResult
 from pytest_evalgate.manifest.load import EvalgateCandidate, EvalgateManifest
-from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_policy_digest
+from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_bound, evalgate_policy_digest
+from pytest_evalgate.report.shape import (
+    EvalgateDecision,
+    EvalgateDecisionCounts,
+    EvalgateDecisionSide,
+    EvalgateJSON,
+    EvalgatePercentiles,
+    EvalgatePerfSides,
+    EvalgateRateRecord,
+    EvalgateRuleRecord,
+    EvalgateSliceCounts,
+)
 from pytest_evalgate.stats import evalgate_percentile
 
 # Flipped case ids kept in the record (ids only; the terminal shows the first 20).
@@ -43,7 +55,7 @@ def evalgate_decision(
     aggregate: EvalgateAggregate,
     gate: EvalgateGateResult | None,
     verdict: str,
-) -> dict[str, Any]:
+) -> EvalgateDecision:
     """Assemble the decision record of one suite."""
     return {
         "verdict": verdict,
@@ -58,7 +70,7 @@ def evalgate_decision(
         "counts": _counts(aggregate),
         "rates": _rates(aggregate),
         "slices": _slices(aggregate),
-        "rules": [] if gate is None else [rule.to_dict() for rule in gate.rules],
+        "rules": [] if gate is None else [evalgate_rule_record(rule) for rule in gate.rules],
         "perf": _perf(aggregate),
         "flipped": {
             "count": len(aggregate.flipped),
@@ -71,18 +83,48 @@ def evalgate_decision(
     }
 
 
-def evalgate_definition_parts(definition: Mapping[str, Any]) -> dict[str, Any]:
+def evalgate_rule_record(result: EvalgateRuleResult) -> EvalgateRuleRecord:
+    """One rule of the record. ``threshold`` is the boundary the rule's gate.yaml number sets
+    (``policy.evalgate_bound``: ``-margin`` for the margin rules), computed here and only here;
+    non-finite numbers (NaN: does not apply) become None so canonical JSON accepts them."""
+    return {
+        "name": result.name,
+        "rule": result.rule,
+        "passed": result.passed,
+        "reason": result.reason,
+        "slice": result.slice,
+        "metric": result.metric,
+        "evaluated": result.evaluated,
+        "n_cases": result.n_cases,
+        "n_clusters": result.n_clusters,
+        "estimate": _finite(result.estimate),
+        "lo": _finite(result.lo),
+        "hi": _finite(result.hi),
+        "se": _finite(result.se),
+        "t_lo": _finite(result.t_lo),
+        "t_hi": _finite(result.t_hi),
+        "threshold": _finite(evalgate_bound(result.rule, result.limit)),
+        "p_value": _finite(result.p_value),
+        "p_adjusted": _finite(result.p_adjusted),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def evalgate_definition_parts(definition: Mapping[str, object]) -> dict[str, EvalgateJSON]:
     """The definition flattened to ``{"prompt.revision": ..., "generation.seed": ...}``.
 
     Scalars are kept; a string longer than 64 characters (a system prompt, a template) becomes
     ``sha256:<hex>`` of it, so two records show *that* it changed, not what it says.
     """
-    flat: dict[str, Any] = {}
+    flat: dict[str, EvalgateJSON] = {}
     _flatten(definition, "", flat)
     return flat
 
 
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+def _flatten(value: object, prefix: str, out: dict[str, EvalgateJSON]) -> None:
     if isinstance(value, Mapping):
         for key in sorted(value):
             _flatten(value[key], f"{prefix}{key}.", out)
@@ -92,15 +134,19 @@ def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
     out[prefix[:-1]] = _part_value(value)
 
 
-def _part_value(value: Any) -> Any:
+def _part_value(value: object) -> EvalgateJSON:
+    """A definition leaf: a scalar as it is, a list as its canonical JSON, a long text as its
+    sha256 (the definition is builtins from YAML, so a leaf is a JSON scalar or a list)."""
     if isinstance(value, list | tuple):
         value = evalgate_canonical_json(list(value)).decode()
     if isinstance(value, str) and len(value) > _PART_TEXT_MAX:
         return f"sha256:{evalgate_sha256_hex(value)}"
-    return value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _side(candidate: EvalgateCandidate | None) -> dict[str, Any] | None:
+def _side(candidate: EvalgateCandidate | None) -> EvalgateDecisionSide | None:
     if candidate is None:
         return None
     return {
@@ -111,7 +157,7 @@ def _side(candidate: EvalgateCandidate | None) -> dict[str, Any] | None:
     }
 
 
-def _counts(aggregate: EvalgateAggregate) -> dict[str, Any]:
+def _counts(aggregate: EvalgateAggregate) -> EvalgateDecisionCounts:
     return {
         "expected": aggregate.expected,
         "completed": aggregate.completed,
@@ -123,7 +169,7 @@ def _counts(aggregate: EvalgateAggregate) -> dict[str, Any]:
     }
 
 
-def _rates(aggregate: EvalgateAggregate) -> dict[str, Any]:
+def _rates(aggregate: EvalgateAggregate) -> dict[str, dict[str, EvalgateRateRecord]]:
     return {
         name: {
             slice_name: {"passed": rate.passed, "scored": rate.scored, "rate": rate.rate}
@@ -133,7 +179,7 @@ def _rates(aggregate: EvalgateAggregate) -> dict[str, Any]:
     }
 
 
-def _slices(aggregate: EvalgateAggregate) -> dict[str, dict[str, int]]:
+def _slices(aggregate: EvalgateAggregate) -> dict[str, EvalgateSliceCounts]:
     """Paired cases and clusters per slice ("all" and every category present)."""
     data = aggregate.gate_input
     if data is None:
@@ -146,21 +192,21 @@ def _slices(aggregate: EvalgateAggregate) -> dict[str, dict[str, int]]:
     return out
 
 
-def _slice_counts(clusters: np.ndarray[Any, Any]) -> dict[str, int]:
+def _slice_counts(clusters: npt.NDArray[np.str_]) -> EvalgateSliceCounts:
     return {"n_cases": int(clusters.size), "n_clusters": len(set(clusters.tolist()))}
 
 
-def _perf(aggregate: EvalgateAggregate) -> dict[str, Any]:
+def _perf(aggregate: EvalgateAggregate) -> dict[str, EvalgatePerfSides]:
     data = aggregate.gate_input
     if data is None:
         return {}
-    figures: dict[str, Any] = {}
+    figures: dict[str, EvalgatePerfSides] = {}
     for metric, (cand, base) in data.perf.items():
         figures[metric] = {"candidate": _percentiles(cand), "baseline": _percentiles(base)}
     return figures
 
 
-def _percentiles(values: np.ndarray[Any, Any]) -> dict[str, Any]:
+def _percentiles(values: npt.NDArray[np.float64]) -> EvalgatePercentiles:
     if values.size == 0:
         return {"n": 0, "p50": None, "p95": None, "quantiles": None}
     p50, p95 = np.percentile(values, [50, 95], method="inverted_cdf")

@@ -6,14 +6,21 @@ Plain lines (the caller prints them); no case text, only case ids.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pytest_evalgate.aggregate.code import evalgate_sandbox_lines
+from pytest_evalgate.report.shape import (
+    EvalgateDecision,
+    EvalgateFlipped,
+    EvalgateJudgeRecord,
+    EvalgatePerfPhaseRecord,
+    EvalgateRateRecord,
+    EvalgateRuleRecord,
+)
 
 _FLIPS_SHOWN = 20
 
 
-def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
+def evalgate_summary_lines(decision: EvalgateDecision) -> list[str]:
     """The terminal summary: verdict, counts, errors, the rule table, flipped cases."""
     counts = decision["counts"]
     lines = [
@@ -30,13 +37,13 @@ def evalgate_summary_lines(decision: Mapping[str, Any]) -> list[str]:
     lines += _judge_lines(decision.get("judge"))  # judged suites only (SPEC section 10)
     lines += _rule_table(decision["rules"])
     lines += _flip_lines(decision["flipped"])
-    lines += evalgate_sandbox_lines(decision)  # scorer: code only
+    lines += evalgate_sandbox_lines(decision.get("sandbox"))  # scorer: code only
     if decision["canary_hits"]:
         lines.append(f"CANARY: {decision['canary_hits']} output(s) contain the canary string")
     return lines
 
 
-def _judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
+def _judge_lines(judge: EvalgateJudgeRecord | None) -> list[str]:
     """Which judge decided, per-slice position inconsistency and agreement (judged suites)."""
     if not judge:
         return []
@@ -59,24 +66,29 @@ def _judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
     return lines
 
 
-def _perf_phase_lines(phase: Mapping[str, Any] | None) -> list[str]:
+def _perf_phase_lines(phase: EvalgatePerfPhaseRecord | None) -> list[str]:
     if not phase:
         return []
     achieved = ", ".join(f"{name} {rate:.1f}/s" for name, rate in phase["achieved_rate"].items())
     line = (
         f"load phase ({phase['profile']}, {phase['duration_s']:g} s): requested "
         f"{phase['requested_rate']:g}/s, achieved {achieved}; scheduling delay p50 "
-        f"{1000 * phase['delay_p50_s']:.1f} ms, p95 {1000 * phase['delay_p95_s']:.1f} ms"
+        f"{_ms(phase['delay_p50_s'])} ms, p95 {_ms(phase['delay_p95_s'])} ms"
     )
     verdict = "judged" if phase["judgeable"] else f"NOT JUDGED: {phase['reason']}"
     return [line, f"load phase {verdict}"]
+
+
+def _ms(seconds: float | None) -> str:
+    # None: nothing was measured (the record keeps no NaN)
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
 
 
 def _errors_text(errors: Mapping[str, int]) -> str:
     return ", ".join(f"{name} {count}" for name, count in errors.items()) or "none"
 
 
-def _rate_lines(rates: Mapping[str, Any]) -> list[str]:
+def _rate_lines(rates: Mapping[str, Mapping[str, EvalgateRateRecord]]) -> list[str]:
     lines = []
     for name, slices in rates.items():
         parts = [f"{s} {v['passed']}/{v['scored']}" for s, v in slices.items()]
@@ -84,7 +96,7 @@ def _rate_lines(rates: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _rule_table(rules: Sequence[Mapping[str, Any]]) -> list[str]:
+def _rule_table(rules: Sequence[EvalgateRuleRecord]) -> list[str]:
     if not rules:
         return []
     header = f"{'rule':<34} {'estimate':>9} {'interval':>21} {'threshold':>9}  result"
@@ -99,11 +111,11 @@ def _rule_table(rules: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _num(value: Any) -> str:
+def _num(value: float | None) -> str:
     return "-" if value is None else f"{float(value):+.4f}"
 
 
-def _flip_lines(flipped: Mapping[str, Any]) -> list[str]:
+def _flip_lines(flipped: EvalgateFlipped) -> list[str]:
     if not flipped["count"]:
         return ["flipped cases: none"]
     cases = flipped["cases"][:_FLIPS_SHOWN]

@@ -9,9 +9,13 @@ its tick says why, so a gap is never mistaken for a value. Drawn with matplotlib
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from pytest_evalgate.aggregate.trend import EvalgateTrend
+from pytest_evalgate.aggregate.trend import EvalgateTrend, EvalgateTrendPoint
+
+if TYPE_CHECKING:  # matplotlib loads only when a figure is drawn
+    from matplotlib.axes import Axes
 
 _LINE = "#0969da"
 _MISSING = "#cf222e"
@@ -41,7 +45,7 @@ def evalgate_trend_png(trend: EvalgateTrend, path: str) -> bool:
     return True
 
 
-def _panel(ax: Any, trend: EvalgateTrend, name: str) -> None:
+def _panel(ax: Axes, trend: EvalgateTrend, name: str) -> None:
     xs, rates, below, above = [], [], [], []
     for x, point in enumerate(trend.points):
         cell = point.cells.get(name)
@@ -63,11 +67,11 @@ def _panel(ax: Any, trend: EvalgateTrend, name: str) -> None:
     ax.tick_params(axis="y", labelsize=7)
 
 
-def _tick(point: Any) -> str:
+def _tick(point: EvalgateTrendPoint) -> str:
     return point.candidate if point.cells else f"{point.candidate}\n({point.status})"
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,20 +7,20 @@ import binascii
 import json
 import os
 import shutil
-from collections.abc import Mapping
-from typing import Any
+from typing import cast
 
 from pytest_evalgate.report.facts import EvalgateReportContext, EvalgateSignatureStatus
 from pytest_evalgate.report.folder import evalgate_replace_folder
 from pytest_evalgate.report.forest import evalgate_forest_png
 from pytest_evalgate.report.html import evalgate_html
 from pytest_evalgate.report.markdown import evalgate_markdown
+from pytest_evalgate.report.shape import EvalgateDecision
 
 EVALGATE_ENVELOPE_NAME = "decision.dsse.json"
 
 
 def evalgate_write_report(
-    directory: str, decision: Mapping[str, Any], context: EvalgateReportContext | None = None
+    directory: str, decision: EvalgateDecision, context: EvalgateReportContext | None = None
 ) -> list[str]:
     """Write decision.json, report.md, report.html and forest.png (when a rule has a paired
     interval) into ``directory``; returns the paths written.
@@ -49,7 +49,7 @@ def evalgate_rerender_report(directory: str) -> tuple[list[str], str | None]:
     Returns the paths written and a note when an envelope was dropped.
     """
     with open(os.path.join(directory, "decision.json"), encoding="utf-8") as handle:
-        decision = json.load(handle)
+        decision = cast(EvalgateDecision, json.load(handle))  # as written by this module
     envelope = os.path.join(directory, EVALGATE_ENVELOPE_NAME)
     had = os.path.exists(envelope)
     keep = had and evalgate_envelope_states(envelope, decision)
@@ -68,7 +68,7 @@ def evalgate_rerender_report(directory: str) -> tuple[list[str], str | None]:
     return written, None
 
 
-def evalgate_envelope_states(path: str, decision: Mapping[str, Any]) -> bool:
+def evalgate_envelope_states(path: str, decision: EvalgateDecision) -> bool:
     """Whether the envelope at ``path`` states ``decision`` (its payload's predicate equals it).
 
     No signature is checked (that is ``evalgate verify``'s job): this only tells an envelope of

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from pytest_evalgate.client.budget import evalgate_share
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateSandboxError
@@ -39,18 +39,56 @@ from pytest_evalgate.sandbox import (
 from pytest_evalgate.store.records import EvalgateGrade, EvalgateOutcome, EvalgateSandboxFacts
 
 EVALGATE_SANDBOX_CATEGORY = "sandbox"
-_SPEC_KEYS = ("timeout_s", "memory_mb", "cpu_s", "processes", "open_files", "file_size_mb")
-_SPEC_KEYS_MORE = ("work_mb", "isolation")
 
 # -- the pytest side ---------------------------------------------------------------------------
 
 
-def evalgate_sandbox_spec(sandbox: Mapping[str, Any]) -> EvalgateSandboxSpec:
+class EvalgateSandboxSettings(Protocol):
+    """What this stage reads of a manifest's ``sandbox`` block (``manifest.code``'s
+    ``EvalgateSandboxBlock`` is one; named here so this module never imports the manifest)."""
+
+    @property
+    def isolation(self) -> str: ...
+    @property
+    def max_concurrency(self) -> int: ...
+    @property
+    def timeout_s(self) -> float: ...
+    @property
+    def memory_mb(self) -> int: ...
+    @property
+    def cpu_s(self) -> int: ...
+    @property
+    def processes(self) -> int: ...
+    @property
+    def open_files(self) -> int: ...
+    @property
+    def file_size_mb(self) -> int: ...
+    @property
+    def work_mb(self) -> int: ...
+
+
+class EvalgateCodeEvaluator(Protocol):
+    """What this stage reads of a code suite's ``evaluator`` block: its ``extract`` mode."""
+
+    @property
+    def extract(self) -> str | None: ...
+
+
+def evalgate_sandbox_spec(sandbox: EvalgateSandboxSettings) -> EvalgateSandboxSpec:
     """The unprepared spec of a manifest's ``sandbox`` settings (transport keys left out)."""
-    return EvalgateSandboxSpec(**{key: sandbox[key] for key in (*_SPEC_KEYS, *_SPEC_KEYS_MORE)})
+    return EvalgateSandboxSpec(
+        isolation=sandbox.isolation,
+        timeout_s=sandbox.timeout_s,
+        memory_mb=sandbox.memory_mb,
+        cpu_s=sandbox.cpu_s,
+        processes=sandbox.processes,
+        open_files=sandbox.open_files,
+        file_size_mb=sandbox.file_size_mb,
+        work_mb=sandbox.work_mb,
+    )
 
 
-def evalgate_prepare_sandbox(sandbox: Mapping[str, Any]) -> EvalgateSandboxSpec:
+def evalgate_prepare_sandbox(sandbox: EvalgateSandboxSettings) -> EvalgateSandboxSpec:
     """Choose and probe the isolation once (a real sandbox runs); raises
     ``EvalgateSandboxUnavailableError`` (a configuration error: exit 4) when none works."""
     return asyncio.run(evalgate_sandbox_prepare(evalgate_sandbox_spec(sandbox)))
@@ -58,8 +96,8 @@ def evalgate_prepare_sandbox(sandbox: Mapping[str, Any]) -> EvalgateSandboxSpec:
 
 def evalgate_execution_settings(
     prepared: EvalgateSandboxSpec,
-    sandbox: Mapping[str, Any],
-    evaluator: Mapping[str, Any],
+    sandbox: EvalgateSandboxSettings,
+    evaluator: EvalgateCodeEvaluator,
     *,
     hide: tuple[str, ...],
     stage: str,
@@ -70,18 +108,18 @@ def evalgate_execution_settings(
     with ``hide`` added, the extract mode, the stage's name and this process's ``share`` of
     ``sandbox.max_concurrency`` over ``parts`` processes (as the endpoint budget is split)."""
     spec = prepared.replace(hide=tuple(sorted({*prepared.hide, *hide})))
-    total = int(sandbox["max_concurrency"])
+    total = sandbox.max_concurrency
     share = evalgate_share(total, parts, index, integer=True, key="sandbox.max_concurrency")
     return {
         "stage": stage,
-        "extract": evaluator.get("extract") or "fenced",
+        "extract": evaluator.extract or "fenced",
         "spec": dataclasses.asdict(spec),
         "share": int(share),
     }
 
 
 def evalgate_execution_request(
-    settings: Mapping[str, Any] | None, tests: str
+    settings: Mapping[str, object] | None, tests: str
 ) -> dict[str, Any] | None:
     """The ``execution`` member of one work: the suite's settings plus the case's tests
     (``None`` for a suite that does not score code)."""
@@ -103,7 +141,7 @@ def evalgate_code_grade(outcome: EvalgateOutcome) -> EvalgateGrade:
     return grade
 
 
-def evalgate_code_scorer(options: Mapping[str, Any], source: str) -> Callable[[str, str], float]:
+def evalgate_code_scorer(options: Mapping[str, object], source: str) -> Callable[[str, str], float]:
     """The scorer of ``scorer: code`` suites: it takes no options, and it is never called
     (code records are graded by ``evalgate_code_grade``)."""
     if options:
@@ -135,7 +173,7 @@ class EvalgateExecutionStage:
         self.running = 0
 
     def evalgate_after(
-        self, execution: Mapping[str, Any] | None, message: EvalgateWireResult
+        self, execution: Mapping[str, object] | None, message: EvalgateWireResult
     ) -> None:
         """Report ``message`` now, or, for an answered code work, once its code has run."""
         if execution is None or message.outcome["error"] is not None:
@@ -150,7 +188,7 @@ class EvalgateExecutionStage:
         while self._tasks:
             await asyncio.gather(*list(self._tasks))
 
-    async def _guarded(self, execution: Mapping[str, Any], message: EvalgateWireResult) -> None:
+    async def _guarded(self, execution: Mapping[str, object], message: EvalgateWireResult) -> None:
         try:
             await self._run(execution, message)
         except Exception as exc:  # never raised for what the code did: a bug, reported at once
@@ -177,7 +215,7 @@ class EvalgateExecutionStage:
 
 
 async def _executed(
-    outcome: EvalgateOutcome, execution: Mapping[str, Any], spec: EvalgateSandboxSpec
+    outcome: EvalgateOutcome, execution: Mapping[str, object], spec: EvalgateSandboxSpec
 ) -> EvalgateOutcome:
     """``outcome`` with its ``sandbox`` member, or with a ``sandbox`` error."""
     code = evalgate_extract_code(outcome["output"] or "", str(execution["extract"]))

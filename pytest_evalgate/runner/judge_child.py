@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import select
 import subprocess
-from typing import Any
 
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.spawn import (
@@ -21,6 +20,7 @@ from pytest_evalgate.runner.spawn import (
 )
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
+    EvalgateToChild,
     EvalgateToParent,
     EvalgateWireClose,
     EvalgateWireSetup,
@@ -38,7 +38,7 @@ class EvalgateJudgeChild:
         self._inbox = b""
         self.eof = False
 
-    def evalgate_send(self, message: Any) -> None:
+    def evalgate_send(self, message: EvalgateToChild) -> None:
         """Queue one message for the child (written at the next flush)."""
         self._outbox.append(evalgate_encode(message))
 

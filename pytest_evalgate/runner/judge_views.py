@@ -39,7 +39,7 @@ def evalgate_judged_view(
     return {**view, "score": outcome.score, "passed": outcome.result != "loss"}
 
 
-def _with_error(view: dict[str, Any], judgment: Mapping[str, Any]) -> dict[str, Any]:
+def _with_error(view: Mapping[str, object], judgment: Mapping[str, Any]) -> dict[str, Any]:
     error = dict(judgment["error"])
     error["message"] = f"judge: {error['message']}"
     return {**view, "error": error, "score": None, "passed": None}

@@ -499,9 +499,9 @@ def evalgate_request_body(work: EvalgateWork) -> dict[str, Any]:
     temperature allows it; a transport retry resends the same body.
     """
     manifest = work.suite.manifest
-    body: dict[str, Any] = dict(manifest.generation)
-    if "seed" in body:
-        body["seed"] = int(body["seed"]) + work.repetition
+    body: dict[str, Any] = manifest.generation.evalgate_request_fields()
+    if manifest.generation.seed is not None:
+        body["seed"] = manifest.generation.seed + work.repetition
     prompt = work.case.evalgate_prompt_json()
     body["prompt" if isinstance(prompt, str) else "messages"] = prompt
     return body
@@ -518,4 +518,4 @@ def evalgate_estimate_tokens(work: EvalgateWork) -> int:
     ``max_tokens``; corrected by the response's ``usage`` afterwards."""
     prompt = work.case.evalgate_prompt_json()
     chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
-    return chars // 4 + 1 + int(work.suite.manifest.generation.get("max_tokens", 256))
+    return chars // 4 + 1 + work.suite.manifest.generation.max_tokens

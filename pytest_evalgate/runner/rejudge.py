@@ -62,8 +62,8 @@ def _stage(
 ) -> EvalgateJudgeStage:
     assert manifest.judged is not None
     budget = manifest.judged.judge.budget
-    share = int(budget["max_concurrency"])
-    limits = EvalgateLimits(share, budget["requests_per_second"], budget["tokens_per_minute"])
+    share = budget.max_concurrency
+    limits = EvalgateLimits(share, budget.requests_per_second, budget.tokens_per_minute)
     writer = EvalgateSegmentWriter(backend, _SHARD_DIR)
     stage = EvalgateJudgeStage(writer, limits, concurrency=share, log=log)
     mode_pair = pair if manifest.judged.mode == "pairwise" else None

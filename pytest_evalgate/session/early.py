@@ -18,7 +18,8 @@ of requests, and only when a plugin or conftest deselects items on its own.
 from __future__ import annotations
 
 import os
-from typing import Any
+
+import pytest
 
 from pytest_evalgate.manifest.load import EVALGATE_MANIFEST_NAME
 
@@ -26,7 +27,7 @@ _SELECTING_OPTIONS = ("keyword", "markexpr", "deselect", "lf", "stepwise", "step
 _WALK_LIMIT = 2_000  # folders looked at for a second manifest before giving up (no early start)
 
 
-def evalgate_may_start_early(config: Any) -> bool:
+def evalgate_may_start_early(config: pytest.Config) -> bool:
     """Whether this session requests every identity of the one suite it collects."""
     option = config.option
     if getattr(option, "collectonly", False) or getattr(option, "evalgate_aggregate", False):

@@ -218,7 +218,7 @@ def _read_plan_json(path: str) -> dict[str, Any]:
     return document
 
 
-def _plan_assignment(path: str, raw: Any, n: int) -> dict[str, int]:
+def _plan_assignment(path: str, raw: object, n: int) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise EvalgateConfigError(path, "assignment", "must map case id to shard index")
     for case_id, shard in raw.items():

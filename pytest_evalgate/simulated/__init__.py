@@ -25,9 +25,11 @@ One job per module, imports flowing down this list:
 - ``process``: the subprocess life cycle (:func:`evalgate_spawn_simulator`).
 - ``__main__``: the spawned child's entry point.
 
-The names below are loaded on first use (PEP 562): a pytest process that only parses a
-``simulated://`` URL or spawns a simulator does not import the server, its answer styles and
-numpy (~0.14 s of start-up before the first request, ``bench/throughput.py``).
+The names below are the package's light surface: none of their modules imports the server,
+its answer styles or numpy. The server (:class:`EvalgateSimServer`, :func:`evalgate_sim_serve`)
+is imported from ``pytest_evalgate.simulated.server`` where it is used, so a pytest process that
+only parses a ``simulated://`` URL or spawns a simulator does not pay for it (~0.14 s of
+start-up before the first request, ``bench/throughput.py``).
 
 This package never prints, never parses a command line and never exits the process (only
 ``__main__`` does, as a process entry point); ``evalgate serve`` is the console command.
@@ -35,75 +37,26 @@ This package never prints, never parses a command line and never exits the proce
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pytest_evalgate.simulated.answers import (
-        EvalgateSimAnswer,
-        evalgate_load_answer_key,
-        evalgate_prompt_digest,
-        evalgate_sim_answer,
-        evalgate_sim_normalise,
-        evalgate_sim_wrong_answer,
-        evalgate_write_answer_key,
-    )
-    from pytest_evalgate.simulated.knobs import (
-        EvalgateSimConfig,
-        evalgate_parse_simulated_url,
-        evalgate_sim_config_from_knobs,
-        evalgate_sim_config_url,
-        evalgate_sim_knob_names,
-    )
-    from pytest_evalgate.simulated.plan import (
-        evalgate_sim_tokens,
-    )
-    from pytest_evalgate.simulated.process import (
-        EvalgateSimProcess,
-        evalgate_spawn_simulator,
-    )
-    from pytest_evalgate.simulated.responses import (
-        EVALGATE_SIM_OWNER,
-    )
-    from pytest_evalgate.simulated.server import (
-        EvalgateSimServer,
-        evalgate_sim_serve,
-    )
-    from pytest_evalgate.simulated.spec import (
-        EVALGATE_SIM_READY,
-    )
-
-_WHERE = {
-    "EvalgateSimAnswer": "answers",
-    "evalgate_load_answer_key": "answers",
-    "evalgate_prompt_digest": "answers",
-    "evalgate_sim_answer": "answers",
-    "evalgate_sim_normalise": "answers",
-    "evalgate_sim_wrong_answer": "answers",
-    "evalgate_write_answer_key": "answers",
-    "EvalgateSimConfig": "knobs",
-    "evalgate_parse_simulated_url": "knobs",
-    "evalgate_sim_config_from_knobs": "knobs",
-    "evalgate_sim_config_url": "knobs",
-    "evalgate_sim_knob_names": "knobs",
-    "evalgate_sim_tokens": "plan",
-    "EvalgateSimProcess": "process",
-    "evalgate_spawn_simulator": "process",
-    "EVALGATE_SIM_OWNER": "responses",
-    "EvalgateSimServer": "server",
-    "evalgate_sim_serve": "server",
-    "EVALGATE_SIM_READY": "spec",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # the next lookup is a plain attribute
-    return value
-
+from pytest_evalgate.simulated.answers import (
+    EvalgateSimAnswer,
+    evalgate_load_answer_key,
+    evalgate_prompt_digest,
+    evalgate_sim_answer,
+    evalgate_sim_normalise,
+    evalgate_sim_wrong_answer,
+    evalgate_write_answer_key,
+)
+from pytest_evalgate.simulated.knobs import (
+    EvalgateSimConfig,
+    evalgate_parse_simulated_url,
+    evalgate_sim_config_from_knobs,
+    evalgate_sim_config_url,
+    evalgate_sim_knob_names,
+)
+from pytest_evalgate.simulated.plan import evalgate_sim_tokens
+from pytest_evalgate.simulated.process import EvalgateSimProcess, evalgate_spawn_simulator
+from pytest_evalgate.simulated.responses import EVALGATE_SIM_OWNER
+from pytest_evalgate.simulated.spec import EVALGATE_SIM_READY
 
 __all__ = [
     "EVALGATE_SIM_OWNER",
@@ -111,7 +64,6 @@ __all__ = [
     "EvalgateSimAnswer",
     "EvalgateSimConfig",
     "EvalgateSimProcess",
-    "EvalgateSimServer",
     "evalgate_load_answer_key",
     "evalgate_parse_simulated_url",
     "evalgate_prompt_digest",
@@ -120,7 +72,6 @@ __all__ = [
     "evalgate_sim_config_url",
     "evalgate_sim_knob_names",
     "evalgate_sim_normalise",
-    "evalgate_sim_serve",
     "evalgate_sim_tokens",
     "evalgate_sim_wrong_answer",
     "evalgate_spawn_simulator",

@@ -20,7 +20,6 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
@@ -44,13 +43,13 @@ _WRONG_FALLBACKS = ("unknown", "42", "no", "xyz", "7", "qj")
 # --------------------------------------------------------------------------- the answer key
 
 
-def evalgate_prompt_digest(messages_or_prompt: Any) -> str:
+def evalgate_prompt_digest(messages_or_prompt: object) -> str:
     """The answer-key digest: canonical sha256 of the chat ``messages`` list or of the prompt."""
     return evalgate_sha256_hex(messages_or_prompt)
 
 
 def evalgate_write_answer_key(
-    path: str | os.PathLike[str], rows: Iterable[tuple[Any, str, str]]
+    path: str | os.PathLike[str], rows: Iterable[tuple[object, str, str]]
 ) -> int:
     """Write ``(messages_or_prompt, target, category)`` rows as an answer key; returns the count."""
     count = 0
@@ -142,7 +141,7 @@ class EvalgateSimAnswer:
 
 
 def evalgate_sim_keyed_answer(
-    config: EvalgateSimConfig, key: EvalgateSimKey, digest: str, salt: tuple[Any, ...]
+    config: EvalgateSimConfig, key: EvalgateSimKey, digest: str, salt: tuple[object, ...]
 ) -> EvalgateSimAnswer:
     """The answer to the prompt with ``digest`` under draws key ``salt`` (module contract)."""
     row = key.get(digest)
@@ -160,9 +159,9 @@ def evalgate_sim_answer(
     config: EvalgateSimConfig,
     key: EvalgateSimKey,
     model: str,
-    messages_or_prompt: Any,
+    messages_or_prompt: object,
     temperature: float = 0.0,
-    request_seed: Any = None,
+    request_seed: object = None,
 ) -> EvalgateSimAnswer:
     """The deterministic answer the server gives to ``messages_or_prompt`` sent to ``model``."""
     digest = evalgate_prompt_digest(messages_or_prompt)

@@ -55,7 +55,7 @@ def evalgate_sim_json(body: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def evalgate_sim_validate(body: Mapping[str, Any] | None, kind: str) -> str | None:
+def evalgate_sim_validate(body: Mapping[str, object] | None, kind: str) -> str | None:
     """Why a completion body of ``kind`` (``chat``/``text``) is refused, or None."""
     if body is None:
         return "the body must be a JSON object"
@@ -156,7 +156,7 @@ class EvalgateSimApp:
         ]
         return json.dumps({"object": "list", "data": data}).encode()
 
-    def _log(self, request: EvalgateSimRequest, model: Any, index: int | None) -> None:
+    def _log(self, request: EvalgateSimRequest, model: object, index: int | None) -> None:
         if self.log is None:
             return
         line = {"t": time.time(), "path": request.path, "model": model, "n": index}

@@ -16,14 +16,14 @@ from typing import Any
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 
 
-def evalgate_sim_uniform(*parts: Any) -> float:
+def evalgate_sim_uniform(*parts: object) -> float:
     """Uniform in [0, 1) from sha256 of the parts joined by U+001F (cheaper than JSON)."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
 def evalgate_sim_salt(
-    config: EvalgateSimConfig, model: str, digest: str, temperature: float, seed: Any
+    config: EvalgateSimConfig, model: str, digest: str, temperature: float, seed: object
 ) -> tuple[Any, ...]:
     """The draws key of one request (see the module contract)."""
     if temperature > 0:

@@ -135,7 +135,7 @@ def _sim_parse_bool(text: str) -> bool:
     raise ValueError(f"expected 0 or 1, got {text!r}")
 
 
-def _sim_parse_value(kind: str, text: str) -> Any:
+def _sim_parse_value(kind: str, text: str) -> bool | int | float | str:
     if kind == "bool":
         return _sim_parse_bool(text)
     if kind.startswith("str"):
@@ -146,7 +146,7 @@ def _sim_parse_value(kind: str, text: str) -> Any:
     return number
 
 
-def _sim_check_range(source: str, name: str, value: Any) -> None:
+def _sim_check_range(source: str, name: str, value: bool | int | float | str) -> None:
     unit = name in _UNIT_KNOBS or name.startswith(_CATEGORY_PREFIX)
     if unit and not 0.0 <= float(value) <= 1.0:
         raise EvalgateConfigError(source, name, f"must be within [0, 1], got {value}")
@@ -155,7 +155,7 @@ def _sim_check_range(source: str, name: str, value: Any) -> None:
     if name == "fault" and value not in EVALGATE_SIM_ANSWER_FAULTS:
         known = ", ".join(EVALGATE_SIM_ANSWER_FAULTS)
         raise EvalgateConfigError(source, name, f"unknown fault {value!r} (known: {known})")
-    if name in _KNOB_MAX and value > _KNOB_MAX[name]:
+    if name in _KNOB_MAX and isinstance(value, (int, float)) and value > _KNOB_MAX[name]:
         raise EvalgateConfigError(source, name, f"must be <= {_KNOB_MAX[name]:g}, got {value}")
 
 
@@ -219,7 +219,7 @@ def evalgate_sim_config_url(config: EvalgateSimConfig) -> str:
     return "simulated://?" + urlencode(pairs)
 
 
-def _sim_knob_text(value: Any) -> str:
+def _sim_knob_text(value: object) -> str:
     if isinstance(value, bool):
         return str(int(value))
     return value if isinstance(value, str) else repr(value)

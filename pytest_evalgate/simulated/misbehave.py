@@ -90,7 +90,7 @@ def _usual(proto: EvalgateSimProtocol, ctx: EvalgateSimAnswerContext) -> None:
         proto.reply(200, evalgate_sim_full_body(ctx.kind, ctx.rid, ctx.model, ctx.plan))
 
 
-def _huge(plan: EvalgateSimPlan, body: Mapping[str, Any]) -> EvalgateSimPlan:
+def _huge(plan: EvalgateSimPlan, body: Mapping[str, object]) -> EvalgateSimPlan:
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     chars = max(16 * 1024, 64 * limit) if isinstance(limit, int) else 2 * 1024 * 1024
     tokens = (_HUGE_PIECE,) * (chars // len(_HUGE_PIECE) + 1)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_evalgate.simulated.draws import evalgate_sim_uniform
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
@@ -60,7 +59,7 @@ class EvalgateSimPlan:
         }
 
 
-def _sim_prompt_words(value: Any) -> int:
+def _sim_prompt_words(value: object) -> int:
     if isinstance(value, str):
         return len(value.split())
     if isinstance(value, list):
@@ -70,14 +69,14 @@ def _sim_prompt_words(value: Any) -> int:
     return 0
 
 
-def _sim_token_target(config: EvalgateSimConfig, salt: tuple[Any, ...], count: int) -> int:
+def _sim_token_target(config: EvalgateSimConfig, salt: tuple[object, ...], count: int) -> int:
     if config.output_tokens is None:
         return count
     spread = config.output_jitter * (2.0 * evalgate_sim_uniform("length", *salt) - 1.0)
     return max(count, round(config.output_tokens * (1.0 + spread)))
 
 
-def _sim_cut(tokens: list[str], body: Mapping[str, Any]) -> tuple[list[str], str]:
+def _sim_cut(tokens: list[str], body: Mapping[str, object]) -> tuple[list[str], str]:
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if isinstance(limit, int) and 0 <= limit < len(tokens):
         return tokens[:limit], "length"
@@ -85,7 +84,7 @@ def _sim_cut(tokens: list[str], body: Mapping[str, Any]) -> tuple[list[str], str
 
 
 def evalgate_sim_plan(
-    config: EvalgateSimConfig, text: str, salt: tuple[Any, ...], body: Mapping[str, Any]
+    config: EvalgateSimConfig, text: str, salt: tuple[object, ...], body: Mapping[str, object]
 ) -> EvalgateSimPlan:
     """The plan of answer ``text`` to request ``body`` under draws key ``salt``."""
     tokens = evalgate_sim_tokens(text)

@@ -23,6 +23,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+# EvalgateSimHttpError lives in the one tree; re-exported as this module's refusal.
+from pytest_evalgate.errors import EvalgateSimHttpError as EvalgateSimHttpError
 from pytest_evalgate.simulated.responses import evalgate_sim_error_body
 
 EVALGATE_SIM_MAX_BODY = 16 * 1024 * 1024
@@ -44,14 +46,6 @@ class EvalgateSimRequest:
     headers: Mapping[str, str]
     body: bytes
     keep_alive: bool
-
-
-class EvalgateSimHttpError(Exception):
-    """A request this server cannot parse; answered with ``status``, then the connection closes."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _sim_parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:

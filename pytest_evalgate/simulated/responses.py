@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from pytest_evalgate.simulated.plan import EvalgateSimPlan
@@ -59,7 +60,7 @@ class EvalgateSimStream:
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         self.base = {"id": rid, "object": obj, "created": int(time.time()), "model": model}
 
-    def event(self, choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    def event(self, choices: list[Mapping[str, object]], **extra: object) -> bytes:
         """One ``data: {...}`` event."""
         return b"data: " + json.dumps({**self.base, "choices": choices, **extra}).encode() + b"\n\n"
 

@@ -75,13 +75,13 @@ def _sim_spec_object(text: str) -> dict[str, Any]:
     return document
 
 
-def _sim_spec_int(value: Any, key: str, low: int, high: int) -> int:
+def _sim_spec_int(value: object, key: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _sim_spec_refuse(key, f"must be an integer in [{low}, {high}], got {value!r}")
     return value
 
 
-def _sim_spec_path(value: Any, key: str) -> str | None:
+def _sim_spec_path(value: object, key: str) -> str | None:
     if value is not None and not (isinstance(value, str) and value):
         raise _sim_spec_refuse(key, f"must be a path or null, got {value!r}")
     return value

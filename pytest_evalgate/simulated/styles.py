@@ -54,7 +54,7 @@ EvalgateSimAnswerer = Callable[[EvalgateSimAsk], str]
 
 
 def evalgate_sim_ask(
-    config: EvalgateSimConfig, model: str, prompt: Any, temperature: float, seed: Any
+    config: EvalgateSimConfig, model: str, prompt: object, temperature: float, seed: object
 ) -> EvalgateSimAsk:
     """The ask of one request, with its digest and draws key computed once."""
     digest = evalgate_prompt_digest(prompt)

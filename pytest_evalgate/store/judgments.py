@@ -127,7 +127,7 @@ class EvalgateJudgmentView:
                 return found
         return None
 
-    def evalgate_take(self, record: Mapping[str, Any], where: str) -> None:
+    def evalgate_take(self, record: Mapping[str, object], where: str) -> None:
         """Merge one verified judgment (see the module contract)."""
         key = evalgate_judgment_key_of(record)
         if record["error"] is not None:

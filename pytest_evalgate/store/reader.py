@@ -219,7 +219,7 @@ def evalgate_verify_line(
 
 
 def _check_expectation(
-    record: Mapping[str, Any], expect: EvalgateExpectation
+    record: Mapping[str, object], expect: EvalgateExpectation
 ) -> tuple[EvalgateRecord | None, str]:
     if record["definition_digest"] != expect.definition_digest:
         return None, f"foreign definition digest {str(record['definition_digest'])[:16]}"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 _STRINGS = (
     "definition_digest", "candidate_key", "category", "cluster", "writer", "started_at",
@@ -31,22 +31,22 @@ _SANDBOX_KEYS = frozenset(
 )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: object) -> bool:
     return _is_int(value) and value >= 0
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     """A finite int or float, never a bool."""
     if type(value) is float:
         return math.isfinite(value)
     return _is_int(value)
 
 
-def evalgate_record_problem(record: Mapping[str, Any]) -> str | None:
+def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
     """What is wrong with ``record``'s values (its field names already match the schema), or
     None. Checked: identity (three strings and a repetition >= 0), the string fields, ``output``
     and ``finish_reason`` (string or null), ``score`` (finite, 0..1, or null), ``passed`` (bool
@@ -65,7 +65,7 @@ def evalgate_record_problem(record: Mapping[str, Any]) -> str | None:
     return None if problem is None else f"malformed record: {problem}"
 
 
-def _identity(record: Mapping[str, Any]) -> str | None:
+def _identity(record: Mapping[str, object]) -> str | None:
     identity = record["identity"]
     if not isinstance(identity, dict) or identity.keys() != _IDENTITY_KEYS:
         return "identity must hold dataset_revision, case_id, candidate and repetition"
@@ -77,7 +77,7 @@ def _identity(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _scalars(record: Mapping[str, Any]) -> str | None:
+def _scalars(record: Mapping[str, object]) -> str | None:
     for key in _STRINGS:
         if not isinstance(record[key], str):
             return f"{key} must be a string, not {type(record[key]).__name__}"
@@ -90,7 +90,7 @@ def _scalars(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _result(record: Mapping[str, Any]) -> str | None:
+def _result(record: Mapping[str, object]) -> str | None:
     score, passed = record["score"], record["passed"]
     if score is not None and not (_is_number(score) and 0.0 <= score <= 1.0):
         return f"score must be a finite number in 0..1 or null, not {score!r}"
@@ -101,7 +101,7 @@ def _result(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _error(record: Mapping[str, Any]) -> str | None:
+def _error(record: Mapping[str, object]) -> str | None:
     error = record["error"]
     if error is None:
         return None
@@ -116,7 +116,7 @@ def _error(record: Mapping[str, Any]) -> str | None:
 
 
 def _members(
-    record: Mapping[str, Any], key: str, keys: frozenset[str], check: Callable[[Any], bool]
+    record: Mapping[str, object], key: str, keys: frozenset[str], check: Callable[[object], bool]
 ) -> str | None:
     # Tolerant of a member left out (hand-made stores); never of a foreign one or a bad value.
     value = record[key]
@@ -128,15 +128,15 @@ def _members(
     return None
 
 
-def _is_seconds(value: Any) -> bool:
+def _is_seconds(value: object) -> bool:
     return _is_number(value) and value >= 0
 
 
-def _timing(record: Mapping[str, Any]) -> str | None:
+def _timing(record: Mapping[str, object]) -> str | None:
     return _members(record, "timing", _TIMING_KEYS, _is_seconds)
 
 
-def _usage(record: Mapping[str, Any]) -> str | None:
+def _usage(record: Mapping[str, object]) -> str | None:
     usage = record["usage"]
     if not isinstance(usage, dict) or "flagged" not in usage:
         return _members(record, "usage", _USAGE_KEYS, _is_count)
@@ -147,7 +147,7 @@ def _usage(record: Mapping[str, Any]) -> str | None:
     return _members({"usage": counts}, "usage", _USAGE_KEYS, _is_count)
 
 
-def _sandbox(record: Mapping[str, Any]) -> str | None:
+def _sandbox(record: Mapping[str, object]) -> str | None:
     facts = record.get("sandbox")
     if facts is None and "sandbox" not in record:
         return None
@@ -167,7 +167,7 @@ _JUDGMENT_KEYS = frozenset({"dataset_revision", "case_id", "candidate", "repetit
 _WINNERS = frozenset({"A", "B", "tie"})
 
 
-def evalgate_judgment_problem(record: Mapping[str, Any]) -> str | None:
+def evalgate_judgment_problem(record: Mapping[str, object]) -> str | None:
     """What is wrong with a judgment record's values (its field names already match), or None:
     the judged identity (strings, repetition >= 0, order string or null), ``answers`` (a list
     of checksums), ``verdict`` (null, a pairwise ``winner`` A/B/tie, or a pointwise finite
@@ -184,7 +184,7 @@ def evalgate_judgment_problem(record: Mapping[str, Any]) -> str | None:
     return None if problem is None else f"malformed judgment: {problem}"
 
 
-def _judged_identity(record: Mapping[str, Any]) -> str | None:
+def _judged_identity(record: Mapping[str, object]) -> str | None:
     part = record["judgment"]
     if not isinstance(part, dict) or part.keys() != _JUDGMENT_KEYS:
         return "judgment must hold dataset_revision, case_id, candidate, repetition and order"
@@ -197,7 +197,7 @@ def _judged_identity(record: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _verdict(record: Mapping[str, Any]) -> str | None:
+def _verdict(record: Mapping[str, object]) -> str | None:
     verdict = record["verdict"]
     if verdict is None:
         return None

@@ -308,7 +308,7 @@ _SPLICE = b',"cluster":'  # where "checksum" goes in a record's canonical JSON (
 _SPLICE_KEYS = EVALGATE_RECORD_FIELDS | EVALGATE_OPTIONAL_FIELDS
 
 
-def evalgate_seal_line(record: Mapping[str, Any]) -> tuple[EvalgateRecord, bytes]:
+def evalgate_seal_line(record: Mapping[str, object]) -> tuple[EvalgateRecord, bytes]:
     """``evalgate_seal(record)`` and the line a segment stores for it (its canonical JSON and a
     newline), encoded once: the checksum member is spliced into the hashed body where sorted keys
     put it, before ``cluster`` (the reader's fast path in ``evalgate_checksum_ok`` takes it out
@@ -326,7 +326,7 @@ def evalgate_seal_line(record: Mapping[str, Any]) -> tuple[EvalgateRecord, bytes
     return cast(EvalgateRecord, body), data[:at] + member + data[at:] + b"\n"
 
 
-def evalgate_seal(record: Mapping[str, Any]) -> EvalgateRecord:
+def evalgate_seal(record: Mapping[str, object]) -> EvalgateRecord:
     """A copy of ``record`` (the fields of ``EvalgateRecord``; a checksum present is replaced)
     with its ``checksum``: the sha256 of the canonical record without it."""
     body = {key: value for key, value in record.items() if key != "checksum"}
@@ -334,7 +334,7 @@ def evalgate_seal(record: Mapping[str, Any]) -> EvalgateRecord:
     return cast(EvalgateRecord, body)
 
 
-def evalgate_checksum_ok(line: bytes, record: Mapping[str, Any]) -> bool:
+def evalgate_checksum_ok(line: bytes, record: Mapping[str, object]) -> bool:
     """Whether ``record`` (parsed from the stored ``line``) carries its own checksum."""
     # Fast path: writers store the canonical JSON of the sealed record, so the line without its
     # checksum member is exactly the hashed body (a JSON string cannot contain an unescaped

@@ -13,7 +13,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from pytest_evalgate.errors import EvalgateStoreError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
@@ -66,7 +66,7 @@ class EvalgateSegmentWriter:
         self.committed = 0
 
     def evalgate_add(
-        self, prefix: str, record: Mapping[str, Any], line: bytes | None = None
+        self, prefix: str, record: Mapping[str, object], line: bytes | None = None
     ) -> None:
         """Queue one sealed record (an ``EvalgateRecord``) for the candidate folder ``prefix``;
         ``line``: its canonical JSON line when the caller has it (``evalgate_seal_line``)."""
