@@ -13,7 +13,7 @@ is the union of each category's resample (the suite's category mix is fixed by d
 sampled), which also reuses the per-category draws. If one cluster spans two categories the
 strata would split it, so ``all`` then falls back to a plain cluster bootstrap over the suite.
 
-Why one module of ~570 lines: one job, the evaluation of the paired and single rules over one
+Why one module of ~600 lines: one job, the evaluation of the paired and single rules over one
 gate input, sharing the per-slice bootstrap, the seeds and the multiplicity correction; the
 rules with their own statistics live apart (``gate_single``, ``gate_private``, ``gate_judge``).
 """

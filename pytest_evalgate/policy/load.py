@@ -7,7 +7,7 @@ scipy.
 names the file, the key as ``rules[3].margin``, and the reason); ``evalgate_load_suite_policy``
 adds the checks against the suite's manifest (candidates, slices, private categories).
 
-Why one module of ~430 lines: most of it is the schema, one pydantic model per rule kind, which
+Why one module of ~500 lines: most of it is the schema, one pydantic model per rule kind, which
 the loader's error messages (``_describe``) and the frozen values (``EvalgateRule``) must agree
 with; splitting the models from the loader would put those two halves of one contract apart.
 """

@@ -33,7 +33,11 @@ from pytest_evalgate.runner.spawn import evalgate_discard_prespawned, evalgate_p
 from pytest_evalgate.scoring import EvalgateScorer
 from pytest_evalgate.session.early import evalgate_may_start_early
 from pytest_evalgate.session.gcpause import evalgate_resume_gc
-from pytest_evalgate.session.launch import evalgate_check_one_budget, evalgate_progress_line
+from pytest_evalgate.session.launch import (
+    evalgate_check_distinct_identities,
+    evalgate_check_one_budget,
+    evalgate_progress_line,
+)
 from pytest_evalgate.session.options import (
     evalgate_check_output_folders,
     evalgate_read_options,
@@ -161,6 +165,7 @@ class EvalgatePlugin:
             return
         paths = sorted({item.suite_path for item in items if isinstance(item, EvalgateItem)})
         evalgate_check_one_budget([self._manifest(path) for path in paths])  # one runner
+        evalgate_check_distinct_identities(i for i in items if isinstance(i, EvalgateItem))
         if self.options.worker:
             self._prepare_worker_runs(items)
 

@@ -9,7 +9,7 @@ run whose suites name different ones (docs/decisions.md).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 import pytest
@@ -19,6 +19,7 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.budget import evalgate_share
 from pytest_evalgate.endpoints.resolve import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.items import EvalgateItem
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
@@ -29,7 +30,12 @@ from pytest_evalgate.runner.parent import (
 from pytest_evalgate.session.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.session.usage import evalgate_usage_errors
 from pytest_evalgate.shard.plan import EvalgateTopology
-from pytest_evalgate.store import EvalgateRecord, EvalgateSegmentWriter, EvalgateStoreBackend
+from pytest_evalgate.store import (
+    EvalgateIdentity,
+    EvalgateRecord,
+    EvalgateSegmentWriter,
+    EvalgateStoreBackend,
+)
 from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 
 _LOG = logging.getLogger("pytest_evalgate")
@@ -57,6 +63,26 @@ def evalgate_check_one_budget(manifests: Sequence[EvalgateManifest]) -> None:
     with evalgate_usage_errors():
         _check_same("budget", [(m, m.budget) for m in manifests])
         _check_same("judge.budget", [(m, m.judged.judge.budget) for m in judged if m.judged])
+
+
+def evalgate_check_distinct_identities(items: Iterable[EvalgateItem]) -> None:
+    """Refuse (usage error, exit 4) two collected suites whose items share an identity (same
+    dataset revision, case id, candidate and repetition): one runner and one set of stored
+    records serve a session by identity, so the second suite would wait for answers never
+    requested, or take the first suite's records as its own."""
+    seen: dict[EvalgateIdentity, str] = {}
+    for item in items:
+        first = seen.setdefault(item.evalgate_key, item.suite_path)
+        if first != item.suite_path:
+            key = item.evalgate_key
+            reason = (
+                f"identity (revision {key.dataset_revision!r}, case {key.case_id!r}, candidate"
+                f" {key.candidate!r}, repetition {key.repetition}) is also an identity of"
+                f" {first}: suites run together need distinct identities; give each dataset its"
+                " own revision, or run the suites apart"
+            )
+            with evalgate_usage_errors():
+                raise EvalgateConfigError(item.suite_path, "dataset.revision", reason)
 
 
 def _check_same(key: str, budgets: list[tuple[EvalgateManifest, EvalgateBudget]]) -> None:
