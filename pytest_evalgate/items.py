@@ -242,7 +242,11 @@ class EvalgateTally:
 
 def evalgate_testcase_properties(config: pytest.Config) -> bool:
     """Whether testcases may carry ``<properties>``: only under ``junit_family`` xunit1 or
-    legacy (the xunit2 schema, Jenkins' junit-10.xsd, forbids them)."""
+    legacy (the xunit2 schema, Jenkins' junit-10.xsd, forbids them). Never when pytest's
+    junitxml plugin is not loaded (``-p no:junitxml``): there is no JUnit file and no
+    ``junit_family`` ini key to read."""
+    if not config.pluginmanager.has_plugin("junitxml"):
+        return False
     return str(config.getini("junit_family")) in ("xunit1", "legacy")
 
 

@@ -157,3 +157,16 @@ def test_property_values() -> None:
     assert evalgate_junit_properties([("a", None), ("b", 1.5), ("c", False)]) == [
         ("b", "1.5"), ("c", "false"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("plugin", ["junitxml", "cacheprovider", "logging", "warnings", "stepwise"])
+def test_a_suite_runs_without_each_optional_pytest_plugin(
+    pytester: pytest.Pytester, plugin: str
+) -> None:
+    # issue 37: `-p no:junitxml` made every item fail with "unknown configuration value:
+    # 'junit_family'"; no plugin of pytest's may be assumed
+    _suite(pytester)
+    result = pytester.runpytest_subprocess("--evalgate", "suite", "-q", "-p", f"no:{plugin}")
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=24, failed=11)  # as without -p no:X
+    assert "junit_family" not in result.stdout.str() + result.stderr.str()
