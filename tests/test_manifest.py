@@ -69,6 +69,19 @@ def test_shards_below_one(tmp_path: Path) -> None:
     assert error.key == "shards" and ">= 1" in error.reason
 
 
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 10**29])
+def test_a_seed_beyond_64_bits_is_refused_naming_the_key(tmp_path: Path, seed: int) -> None:
+    # Every server refuses it (vLLM: int64; llama.cpp: a 32/64-bit seed) at the first request.
+    error = _refused(_write(tmp_path, generation={"temperature": 0.0, "seed": seed}))
+    bound = "less than or equal to 9223372036854775807" if seed > 0 else "greater than or equal"
+    assert error.key == "generation.seed" and bound in error.reason, error.reason
+
+
+def test_a_64_bit_seed_loads(tmp_path: Path) -> None:
+    manifest = evalgate_load_manifest(str(_write(tmp_path, generation={"seed": 2**63 - 1})))
+    assert manifest.generation.seed == 2**63 - 1
+
+
 def test_judge_equal_to_a_candidate(tmp_path: Path) -> None:
     judge = {"model": "model-candidate", "base_url": URL, "revision": "j1"}
     error = _refused(_write(tmp_path, judge=judge))

@@ -27,6 +27,9 @@ EVALGATE_STRICT_MODEL = ConfigDict(extra="forbid", strict=True, allow_inf_nan=Fa
 """The model configuration of every configuration schema (see the module docstring)."""
 
 EvalgateUnit = Annotated[float, Field(ge=0.0, le=1.0)]
+# A request's ``seed``: servers take a signed 64-bit integer (vLLM and llama.cpp refuse a larger
+# one, each request in its own words), so a larger one is refused at load, naming the key.
+EvalgateRequestSeed = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
 """A schema's number in ``[0, 1]`` (a rate, a margin, a gap): finite by the strict model."""
 
 

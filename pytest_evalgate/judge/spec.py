@@ -41,7 +41,11 @@ from pydantic import (
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
-from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
+from pytest_evalgate.formats.strictmodel import (
+    EVALGATE_STRICT_MODEL,
+    EvalgateBudgetSchema,
+    EvalgateRequestSeed,
+)
 
 # The built-in judge prompt's format. Bump it whenever ``prompt.py`` changes a word the judge
 # sees: it is part of the judge key, so stored judgments are re-judged, never silently mixed.
@@ -81,7 +85,7 @@ class EvalgateJudgeConfig(_Strict):
     api_key_env: str | None = None
     revision: str = Field(min_length=1)
     temperature: float = Field(default=0.0, ge=0)
-    seed: int | None = None
+    seed: EvalgateRequestSeed | None = None
     pins: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # the judge's own run-wide budget, counted apart from the candidates'
     budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)

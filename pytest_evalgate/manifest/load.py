@@ -173,6 +173,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     for name, candidate in candidates.items():
         evalgate_check_weights_pins(path, name, candidate.pins)  # weights image = digest
     judged = evalgate_judged(path, suite_dir, model.evaluator, model.judge, candidates)
+    if judged is not None:
+        _check_golden(judged, cases)
     return EvalgateManifest(
         path=path,
         suite_dir=suite_dir,
@@ -200,6 +202,18 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         judged=judged,
         private=evalgate_private_categories(path, model.private, cases),
     )
+
+
+def _check_golden(judged: EvalgateJudged, cases: tuple[EvalgateCase, ...]) -> None:
+    # A golden set is read whole at load, like the dataset: a bad row is a configuration error
+    # naming its file and line before any request (it was an INTERNALERROR when the judge's
+    # simulator or the calibration first read it). Imported only for judged suites (numpy).
+    path = judged.judge.golden_path
+    if path is None:
+        return
+    from pytest_evalgate.judge.agreement import evalgate_load_golden
+
+    evalgate_load_golden(path, judged.evaluator, {case.case_id for case in cases})
 
 
 def _read_yaml(path: str) -> Any:

@@ -12,7 +12,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateBudgetSchema
+from pytest_evalgate.formats.strictmodel import (
+    EVALGATE_STRICT_MODEL,
+    EvalgateBudgetSchema,
+    EvalgateRequestSeed,
+)
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
 from pytest_evalgate.manifest.code import EvalgateSandboxBlock
 
@@ -54,7 +58,7 @@ class EvalgateGenerationSchema(_Strict):
 
     temperature: float = 0.0
     max_tokens: int = Field(default=256, ge=1)
-    seed: int | None = None
+    seed: EvalgateRequestSeed | None = None
     top_p: float | None = None
     stop: list[str] | None = None
 
