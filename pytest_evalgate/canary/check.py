@@ -101,8 +101,8 @@ def _payload(response: httpx.Response, url: str) -> dict[str, Any]:
 
 def _value(data: Mapping[str, object], promql: str) -> float:
     kind, result = data.get("resultType"), data.get("result")
-    if kind == "scalar" and isinstance(result, list):
-        return float(result[1])
+    if kind == "scalar":
+        return _sample(result, promql)
     if kind != "vector" or not isinstance(result, list):
         raise EvalgatePrometheusError(f"expected a vector for {promql!r}, got {kind}")
     if not result:
@@ -110,7 +110,21 @@ def _value(data: Mapping[str, object], promql: str) -> float:
     if len(result) > 1:
         reason = f"{promql!r} returned {len(result)} series; a rule's query must return one"
         raise EvalgatePrometheusError(reason)
-    return float(result[0]["value"][1])
+    series = result[0]
+    return _sample(series.get("value") if isinstance(series, dict) else None, promql)
+
+
+def _sample(pair: object, promql: str) -> float:
+    # A sample is [unix time, "value"] with the value a string Prometheus formats from a float
+    # ("NaN", "+Inf" included). Anything else is refused naming the query: a check that cannot
+    # read its number fails closed with a reason, never with a traceback.
+    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        raise EvalgatePrometheusError(f"{promql!r} returned a sample that is not [time, value]")
+    try:
+        return float(pair[1])
+    except ValueError:
+        reason = f"{promql!r} returned the sample value {pair[1][:40]!r}, not a number"
+        raise EvalgatePrometheusError(reason) from None
 
 
 @dataclass(frozen=True)
@@ -186,15 +200,21 @@ def _check_rule(
     query = evalgate_rule_query(rule, window, selector)
     value = prometheus.query(query, at)
     canary, stable = (
-        prometheus.query(evalgate_traffic_query(rule, version, window, selector), at)
-        for version in ("canary", "stable")
+        _count(prometheus.query(traffic, at), traffic)
+        for traffic in (
+            evalgate_traffic_query(rule, version, window, selector)
+            for version in ("canary", "stable")
+        )
     )
-    canary, stable = _count(canary), _count(stable)
     scale = evalgate_traffic_scale(rule.metric, rule.threshold, canary, stable, assumptions)
     return EvalgateRuleCheck(rule, window or rule.window, query, value, canary, stable, scale)
 
 
-def _count(value: float) -> float:
+def _count(value: float, promql: str) -> float:
+    # No series is no traffic. An infinite count is not traffic either: it is refused, or a
+    # broken exporter (a counter reset, a +Inf sample) would count as more than enough to judge.
+    if math.isinf(value):
+        raise EvalgatePrometheusError(f"{promql!r} returned {value}, which is not a count")
     return 0.0 if math.isnan(value) else max(0.0, value)
 
 
