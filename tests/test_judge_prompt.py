@@ -197,6 +197,7 @@ def test_the_body_carries_messages_temperature_seed_and_json_mode() -> None:
     assert body == {
         "messages": messages,
         "temperature": 0.0,
+        "max_tokens": spec.EVALGATE_JUDGE_MAX_TOKENS,
         "seed": 7,
         "response_format": {"type": "json_object"},
     }
@@ -205,7 +206,12 @@ def test_the_body_carries_messages_temperature_seed_and_json_mode() -> None:
 
 def test_the_body_leaves_out_an_unpinned_seed_and_json_mode_on_request() -> None:
     body = prompt.evalgate_judge_body(_judge(seed=None, temperature=0.3), [], json_mode=False)
-    assert body == {"messages": [], "temperature": 0.3}
+    assert body == {"messages": [], "temperature": 0.3, "max_tokens": 1024}
+
+
+def test_the_body_carries_the_written_max_tokens_and_top_p() -> None:
+    body = prompt.evalgate_judge_body(_judge(max_tokens=96, top_p=0.9), [])
+    assert (body["max_tokens"], body["top_p"]) == (96, 0.9)
 
 
 @pytest.mark.parametrize(

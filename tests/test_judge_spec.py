@@ -235,6 +235,8 @@ MEANING_CHANGES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "temperature": ({"temperature": 0.5, "allow_sampling": True}, {}),
     "seed": ({"seed": 1}, {}),
     "seed unset": ({"seed": None}, {}),
+    "max_tokens written": ({"max_tokens": 64}, {}),
+    "top_p written": ({"top_p": 0.5}, {}),
     "evaluator revision": ({}, {"revision": "rubric-v3"}),
     "rubric text": ({}, {"rubric_sha256": spec.evalgate_rubric_digest("Other.")}),
     "mode": ({}, {"mode": "pairwise", "scale": None}),
@@ -269,6 +271,24 @@ def test_the_key_ignores_transport_calibration_and_the_suite_folder(field: str) 
     assert spec.evalgate_judge_key(changed, _evaluator()) == base  # ... and not in the key
     moved = _judge("elsewhere/suite")
     assert spec.evalgate_judge_key(moved, _evaluator(rubric_path="elsewhere/r.md")) == base
+
+
+def test_unwritten_generation_settings_keep_the_key_of_a_block_without_them() -> None:
+    # judgments stored before judge.max_tokens existed keep their key (spec.EvalgateJudgeConfig)
+    material = spec.evalgate_judge_key_material(_judge(), _evaluator())
+    assert "max_tokens" not in material and "top_p" not in material
+    written = spec.evalgate_judge_key_material(_judge(max_tokens=64, top_p=0.5), _evaluator())
+    assert (written["max_tokens"], written["top_p"]) == (64, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [({"max_tokens": 0}, "judge.max_tokens"), ({"top_p": 1.5}, "judge.top_p")],
+)
+def test_bad_judge_generation_settings_are_refused(changes: dict[str, Any], key: str) -> None:
+    with pytest.raises(EvalgateConfigError) as info:
+        _judge(**changes)
+    assert info.value.key == key
 
 
 def test_temperature_written_as_int_or_float_gives_one_key() -> None:

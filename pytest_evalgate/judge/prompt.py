@@ -32,6 +32,7 @@ from typing import Any
 
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.judge.spec import (
+    EVALGATE_JUDGE_MAX_TOKENS,
     EVALGATE_JUDGE_PROMPT_FORMAT,
     EvalgateJudge,
     EvalgateJudgedEvaluator,
@@ -142,6 +143,9 @@ def evalgate_judge_body(
 ) -> dict[str, Any]:
     """The judge request body without ``model``/``stream``: messages and the judge's settings."""
     body: dict[str, Any] = {"messages": messages, "temperature": judge.temperature}
+    body["max_tokens"] = judge.max_tokens or EVALGATE_JUDGE_MAX_TOKENS
+    if judge.top_p is not None:
+        body["top_p"] = judge.top_p
     if judge.seed is not None:
         body["seed"] = judge.seed
     if json_mode:

@@ -51,6 +51,9 @@ from pytest_evalgate.formats.strictmodel import (
 # sees: it is part of the judge key, so stored judgments are re-judged, never silently mixed.
 EVALGATE_JUDGE_PROMPT_FORMAT = "evalgate-judge-prompt-1"
 EVALGATE_JUDGE_MODES = ("pointwise", "pairwise")
+# The judge's answer bound when ``judge.max_tokens`` is not written: a verdict with its reasons
+# fits many times over; a judge that rambles past it is an error of that judgment, not a verdict.
+EVALGATE_JUDGE_MAX_TOKENS = 1024
 EvalgateJudgeMode = Literal["pointwise", "pairwise"]
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -86,6 +89,12 @@ class EvalgateJudgeConfig(_Strict):
     revision: str = Field(min_length=1)
     temperature: float = Field(default=0.0, ge=0)
     seed: EvalgateRequestSeed | None = None
+    # The judge's answer length: unbounded, a chatty judge made 40 judgments take minutes. The
+    # default bound is sent with every judge request; only a written value enters the judge key
+    # (judgments stored before the key existed keep their key: a verdict is parsed whole or the
+    # judgment is an error, so a bound never changes what a stored verdict means).
+    max_tokens: int | None = Field(default=None, ge=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
     pins: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # the judge's own run-wide budget, counted apart from the candidates'
     budget: EvalgateBudgetSchema = Field(default_factory=EvalgateBudgetSchema)
@@ -155,6 +164,8 @@ class EvalgateJudge:
     budget: EvalgateBudgetSchema  # validated, frozen; transport (outside the judge key)
     golden_path: str | None
     allow_sampling: bool
+    max_tokens: int | None = None  # None: EVALGATE_JUDGE_MAX_TOKENS is sent
+    top_p: float | None = None
 
     @property
     def family(self) -> Any:
@@ -241,6 +252,8 @@ def evalgate_judge(suite_dir: str, config: EvalgateJudgeConfig) -> EvalgateJudge
         temperature=float(config.temperature),
         seed=config.seed,
         pins=dict(config.pins),
+        max_tokens=config.max_tokens,
+        top_p=config.top_p,
         budget=config.budget,
         golden_path=golden,
         allow_sampling=config.allow_sampling,
@@ -303,6 +316,12 @@ def evalgate_judge_key_material(
         "rubric_sha256": evaluator.rubric_sha256,
         "mode": evaluator.mode,
         "scale": None if scale is None else scale.evalgate_json(),
+        # written generation settings only (see EvalgateJudgeConfig.max_tokens)
+        **{
+            name: value
+            for name, value in (("max_tokens", judge.max_tokens), ("top_p", judge.top_p))
+            if value is not None
+        },
     }
 
 
