@@ -8,8 +8,9 @@ Contracts
 
   - ``malformed_response`` (retried once): not JSON, not an object, no ``choices``;
   - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message;
-  - ``truncated`` (retried): a stream that ended with neither a ``finish_reason`` nor
-    ``[DONE]``;
+  - ``truncated`` (retried): a stream that ended without a ``finish_reason``, whatever ended
+    it (``[DONE]``, the end of the body): llama-cpp-python's server ends a stream it interrupts
+    with ``[DONE]`` and no ``finish_reason``, and its empty answers were scored as wrong ones;
   - ``oversize`` (not retried): more answer text than ``EvalgateCaps.text_chars`` or more bytes
     than ``EvalgateCaps.body_bytes``; reading stops there and the output kept is cut to the cap.
 
@@ -103,10 +104,11 @@ async def evalgate_read_stream(
     if not sse.chunks:
         raise _malformed("the stream held no chunk with choices")
     done.output = "".join(sse.parts)
-    if not sse.finished and done.finish_reason is None:
+    if done.finish_reason is None:
+        ended = "with [DONE]" if sse.finished else "without [DONE]"
         raise EvalgateAnswerError(
             "truncated",
-            f"the stream ended without [DONE] or a finish_reason after {sse.chunks} chunk(s)",
+            f"the stream ended {ended} but no finish_reason after {sse.chunks} chunk(s)",
             retry=True,
         )
     if done.completion_tokens is None:
