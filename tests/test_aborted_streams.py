@@ -5,7 +5,8 @@ server that ends its streams the way llama-cpp-python's server ends a stream it 
 Before, each such answer was stored as ``output: ''``, scored wrong, the terminal said "errors
 none", the verdict was PASS (exit 0) and a rerun reused the stored garbage. Now every one is a
 ``truncated`` endpoint error (retried, never scored, never committed as a result): the run does
-not pass, says how many answers were cut, and a rerun asks again.
+not pass, says how many answers were cut, and a rerun asks again. The same server, busy,
+answers 503 with ``Retry-After: 100000``: the run ends with that endpoint error at once.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ QUESTION = re.compile(r"what is (\d+) \+ (\d+)\?")
 
 class _Llamaish:
     """A chat endpoint on loopback. ``interrupt``: every stream ends ``[DONE]`` without a
-    finish_reason or content; else it answers the suitekit sum right, with ``stop``."""
+    finish_reason or content; ``busy``: every request is a 503 with ``Retry-After: 100000``;
+    else it answers the suitekit sum right, with ``stop``."""
 
-    def __init__(self, interrupt: bool) -> None:
+    def __init__(self, interrupt: bool, busy: bool = False) -> None:
         self.interrupt = interrupt
+        self.busy = busy
         self.requests = 0
         owner = self
 
@@ -42,6 +45,15 @@ class _Llamaish:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests += 1
+                if owner.busy:
+                    error = b'{"error": {"message": "server busy"}}'
+                    self.send_response(503)
+                    self.send_header("Retry-After", "100000")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(error)))
+                    self.end_headers()
+                    self.wfile.write(error)
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -133,3 +145,22 @@ def test_the_same_endpoint_with_finish_reasons_passes(
     done = _run(suite, tmp_path / "store")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verdict PASS" in done.stdout and " failed" not in done.stdout
+
+
+def test_a_hostile_retry_after_ends_the_run_with_the_endpoint_error(tmp_path: Path) -> None:
+    # A 503 with Retry-After: 100000 held a run silently for over 400 s. Now each identity ends
+    # after its first attempt (the wait is longer than budget.timeout_s) as a server_error.
+    busy, healthy = _Llamaish(interrupt=False, busy=True), _Llamaish(interrupt=False)
+    for server in (busy, healthy):
+        server.thread.start()
+    try:
+        suite = _suite(tmp_path, busy.base_url, healthy.base_url)
+        done = _run(suite, tmp_path / "store")
+    finally:
+        for server in (busy, healthy):
+            server.server.shutdown()
+            server.server.server_close()
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "verdict PASS" not in output, output
+    assert "longer than an attempt's budget.timeout_s (10 s): not retried" in output
+    assert busy.requests <= 12  # one attempt per identity, or fewer once the candidate stops

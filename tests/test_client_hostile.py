@@ -293,6 +293,47 @@ def test_a_long_server_asked_wait_is_logged_when_it_starts() -> None:
     assert arrivals[1] - arrivals[0] >= 5.0
 
 
+@pytest.mark.parametrize(("status", "category"), [(503, "server_error"), (429, "rate_limited")])
+def test_a_wait_longer_than_an_attempt_may_take_ends_the_call_at_once(
+    status: int, category: str
+) -> None:
+    # Retry-After: 100000 used to hold the run (capped at 600 s, 400 s seen): a hint longer
+    # than the endpoint's timeout_s is not waited out; the attempt's error stands.
+    async def main() -> tuple[EvalgateCallResult, int]:
+        headers = {"Retry-After": "100000"}
+        async with FaultServer(FaultStep(status=status, headers=headers)) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, False, max_attempts=4, timeout_s=10.0)
+                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
+            finally:
+                await client.aclose()
+
+    result, arrivals = asyncio.run(main())
+    assert result.error is not None and result.error.category == category
+    assert result.error.message.endswith(
+        "the endpoint asked to wait 100000 s before a retry, longer than an attempt's"
+        " budget.timeout_s (10 s): not retried"
+    )
+    assert (result.attempts, arrivals) == (1, 1)
+
+
+def test_a_wait_within_the_attempt_timeout_is_still_waited_out() -> None:
+    # the control: Retry-After 1 with timeout_s 10 retries and succeeds on the second attempt
+    async def main() -> tuple[EvalgateCallResult, int]:
+        async with FaultServer() as server:
+            server.script("id-1", FaultStep(status=503, headers={"Retry-After": "1"}))
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, False, max_attempts=3, timeout_s=10.0)
+                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
+            finally:
+                await client.aclose()
+
+    result, arrivals = asyncio.run(main())
+    assert result.error is None and (result.attempts, arrivals) == (2, 2)
+
+
 # --- classification and redaction units ------------------------------------------------------
 
 

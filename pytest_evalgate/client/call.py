@@ -42,8 +42,10 @@ a seeded ``random.Random``, raised to at least the server's hint: ``Retry-After`
 HTTP date), ``retry-after-ms``, and on a 429 ``x-ratelimit-reset-requests`` /
 ``x-ratelimit-reset-tokens`` (Go durations such as ``1s``, ``6m0s``, ``20ms``) for each kind whose
 ``x-ratelimit-remaining-*`` is 0 or absent (OpenAI sends the reset headers on every response,
-also for the limit that was not hit). Hints are capped at 600 s
-(``client.checks.EVALGATE_HINT_CAP_S``) to keep runs bounded; a hint of 5 s or more is logged
+also for the limit that was not hit). A hint longer than the endpoint's
+``timeout_s`` (``budget.timeout_s``, what one attempt may take) is not waited out: the call ends
+at once with the attempt's error, its message saying what the endpoint asked. Hints are also
+capped at 600 s (``client.checks.EVALGATE_HINT_CAP_S``); a hint of 5 s or more is logged
 (``log``) when it starts, with the hint and the cap. While it waits, the request holds no
 concurrency slot.
 
@@ -53,6 +55,7 @@ Timings are defined in ``docs/timings.md``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import random
@@ -193,6 +196,11 @@ class EvalgateClient:
             done = await self._attempt(request, attempt)
             malformed += done.error is not None and done.error.category == "malformed_response"
             if not (done.retry and attempt < endpoint.max_attempts and malformed < 2):
+                return _result(done, queued, attempt, sent_at)
+            if done.hint_s > endpoint.timeout_s and done.error is not None:
+                # A server-asked wait longer than a whole attempt may take is not waited out:
+                # the error stands at once (a 503 with Retry-After: 100000 held a run 400 s)
+                done.error = _not_waited(done.error, done.hint_s, endpoint.timeout_s)
                 return _result(done, queued, attempt, sent_at)
             await asyncio.sleep(self._backoff(request, attempt, done.hint_s))
 
@@ -343,6 +351,14 @@ def _fail(
     cut can not leave half a secret behind)."""
     done.error = EvalgateCallError(category, status, _short(evalgate_redact(message)), fatal)
     done.retry = retry
+
+
+def _not_waited(error: EvalgateCallError, hint_s: float, timeout_s: float) -> EvalgateCallError:
+    why = (
+        f"; the endpoint asked to wait {hint_s:.0f} s before a retry, longer than an attempt's"
+        f" budget.timeout_s ({timeout_s:g} s): not retried"
+    )
+    return dataclasses.replace(error, message=error.message + why)
 
 
 def _result(
