@@ -154,6 +154,34 @@ def test_an_error_inside_a_200_keeps_the_servers_message(stream: bool) -> None:
     assert (result.attempts, arrivals) == (3, 3)
 
 
+@pytest.mark.parametrize(
+    ("body", "category", "words"),
+    [
+        ({"error": {"message": "model is loading"}}, "server_error", "model is loading"),
+        ({"error": "quota exhausted"}, "server_error", "quota exhausted"),
+        ({"id": "x"}, "malformed_response", "the stream held no chunk with choices"),
+        (b"<html>busy</html>", "malformed_response", "the stream held no chunk with choices"),
+    ],
+)
+def test_a_json_error_body_sent_to_a_stream_keeps_the_servers_message(
+    body: object, category: str, words: str
+) -> None:
+    # A 200 with a plain JSON error body and no SSE at all was malformed_response "no chunk
+    # with choices", and the server's message was lost (issue 37, Weak).
+    async def main() -> EvalgateCallResult:
+        async with FaultServer(FaultStep(body=body)) as server:
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, True, max_attempts=1)
+                return await client.call(ep, CHAT, "id-1", 40)
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(main())
+    assert result.error is not None and result.error.category == category
+    assert words in result.error.message
+
+
 # --- redirects ---------------------------------------------------------------------------------
 
 

@@ -102,7 +102,7 @@ async def evalgate_read_stream(
             break
     sse.feed(b"\n", time.perf_counter())  # a last line without its newline
     if not sse.chunks:
-        raise _malformed("the stream held no chunk with choices")
+        raise _not_a_stream(sse.head, sse.read_bytes)
     done.output = "".join(sse.parts)
     if done.finish_reason is None:
         ended = "with [DONE]" if sse.finished else "without [DONE]"
@@ -128,9 +128,12 @@ class EvalgateSse:
         self.tail = b""
         self.read_bytes = 0
         self.text_chars = 0
+        self.head = b""  # the first bytes, kept to read a JSON error body sent to a stream
 
     def feed(self, data: bytes, now: float) -> bool:
         """Take the complete lines of ``tail + data``; True once ``[DONE]`` has been seen."""
+        if len(self.head) < _HEAD_BYTES:
+            self.head += data[: _HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
         if self.read_bytes > self.caps.body_bytes:
             self._cut()
@@ -170,6 +173,22 @@ class EvalgateSse:
 
     def _cut(self) -> None:
         self.done.output = "".join(self.parts)[: self.caps.text_chars]
+
+
+_HEAD_BYTES = 8192
+
+
+def _not_a_stream(head: bytes, size: int) -> EvalgateAnswerError:
+    # A server that refuses a streamed request may answer 200 with a JSON error body and no
+    # SSE at all: its message is kept (server_error), not lost in "no chunk with choices".
+    if size <= len(head):
+        try:
+            obj = json.loads(head)
+        except (ValueError, UnicodeDecodeError):
+            obj = None
+        if isinstance(obj, dict) and "error" in obj:
+            return evalgate_error_in_200(obj)
+    return _malformed("the stream held no chunk with choices")
 
 
 async def _read_capped(response: EvalgateHttpResponse, caps: EvalgateCaps) -> bytes:
