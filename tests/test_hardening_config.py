@@ -451,6 +451,26 @@ def test_usable_base_urls_pass(url: str) -> None:
     assert evalgate_base_url_problem(url) is None
 
 
+SECRET = "sk-live-0123456789abcdefSECRET"
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        (f"http://127.0.0.1:8000/v1?api_key={SECRET}", "'http://127.0.0.1:8000/v1' followed by"),
+        (f"http://127.0.0.1:8000/v1#{SECRET}", "takes no query or fragment"),
+        (f"ftp://127.0.0.1/v1?key={SECRET}", "scheme 'ftp' is not one of"),
+        (f"http:///v1?key={SECRET}", "no host in 'http:///v1'"),
+        (f"http://127.0.0.1:0/v1?key={SECRET}", "port 0 in 'http://127.0.0.1:0/v1'"),
+    ],
+)
+def test_a_refused_base_url_never_shows_its_query(url: str, words: str) -> None:
+    # A key in a base URL's query string was refused with a message printing the whole key.
+    problem = evalgate_base_url_problem(url)
+    assert problem is not None and words in problem
+    assert "SECRET" not in problem and "sk-live" not in problem
+
+
 def test_json_values_refuse_nan_infinity_and_overflow() -> None:
     for text in ("NaN", "[Infinity]", '{"a": -Infinity}', "1e400"):
         with pytest.raises(EvalgateConfigError) as info:

@@ -27,18 +27,32 @@ def evalgate_base_url_problem(url: str) -> str | None:
     except ValueError as exc:
         return f"not a URL ({exc})"
     if parts.scheme not in EVALGATE_URL_SCHEMES:
-        return f"scheme {parts.scheme!r} is not one of http, https, simulated ({url!r})"
+        return f"scheme {parts.scheme!r} is not one of http, https, simulated ({_shown(url)!r})"
     if parts.scheme == "simulated":
         return None  # its knobs are checked where the simulator is started (endpoints.py)
     if not parts.hostname:
-        return f"no host in {url!r}"
+        return f"no host in {_shown(url)!r}"
     if parts.username is not None or parts.password is not None:
         return "credentials in the URL: name an environment variable in api_key_env instead"
     if port == 0:
-        return f"port 0 in {url!r}"
+        return f"port 0 in {_shown(url)!r}"
     if parts.query or parts.fragment:
-        return f"a base URL takes no query or fragment ({url!r})"
+        shown = _shown(url)
+        return (
+            f"a base URL takes no query or fragment ({shown!r} followed by {len(url) - len(shown)}"
+            " characters not shown: a key belongs in api_key_env)"
+        )
     return None
+
+
+def _shown(url: str) -> str:
+    # What a message may show of a URL: never its query, fragment or credentials, which is
+    # where keys are put by mistake (a message printed the whole key of "?api_key=...").
+    head = url.split("?", 1)[0].split("#", 1)[0]
+    scheme, sep, rest = head.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        rest = rest.split("@", 1)[1]
+    return scheme + sep + rest
 
 
 def evalgate_check_base_url(source: str, key: str, url: str) -> None:
