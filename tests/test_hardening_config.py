@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,6 +336,42 @@ def test_an_endpoint_url_without_a_usable_scheme_or_host_is_exit_4(
     path = _suite(pytester, endpoint)
     _edit(path, "candidates", "candidate", "base_url", value=url)
     _run_refused(pytester, endpoint, "evalgate.yaml: candidates.candidate.base_url: ", reason)
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("missing", "--evalgate-sign-key: cannot read key file"),
+        ("garbage", "--evalgate-sign-key: not a PEM private key"),
+        ("public", "--evalgate-sign-key: not a PEM private key"),
+        ("p384", "--evalgate-sign-key: not an ECDSA P-256 key"),
+    ],
+)
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+def test_a_signing_key_that_cannot_sign_is_exit_4_before_any_request(
+    pytester: pytest.Pytester, endpoint: _Counting, key: str, reason: str, workers: list[str]
+) -> None:
+    # It was refused only at the gate, after every request was sent (issue 37, Weak). The
+    # keys are written by subprocesses: an in-process pytester run re-imports cryptography.
+    _suite(pytester, endpoint)
+    keys = pytester.path / "keys"
+    made = subprocess.run([sys.executable, "-m", "pytest_evalgate.cli", "keygen", "--dir",
+                           str(keys)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    p384 = (
+        "from cryptography.hazmat.primitives import serialization as s;"
+        "from cryptography.hazmat.primitives.asymmetric import ec;"
+        "import sys; sys.stdout.buffer.write(ec.generate_private_key(ec.SECP384R1())"
+        ".private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))"
+    )
+    other = subprocess.run([sys.executable, "-c", p384], capture_output=True, timeout=60).stdout
+    public = [p for p in keys.iterdir() if p.suffix == ".pub"]
+    paths = {"missing": pytester.path / "none.key", "garbage": pytester.path / "garbage.key",
+             "public": public[0], "p384": pytester.path / "p384.key"}  # fmt: skip
+    (pytester.path / "garbage.key").write_bytes(b"-----BEGIN garbage\n")
+    (pytester.path / "p384.key").write_bytes(other)
+    assert other.startswith(b"-----BEGIN PRIVATE KEY")
+    _run_refused(pytester, endpoint, reason, args=[f"--evalgate-sign-key={paths[key]}", *workers])
 
 
 def test_a_base_url_override_that_is_no_url_is_exit_4_naming_the_variable(

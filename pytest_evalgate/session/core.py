@@ -40,6 +40,7 @@ from pytest_evalgate.session.launch import (
 )
 from pytest_evalgate.session.options import (
     evalgate_check_output_folders,
+    evalgate_check_sign_key,
     evalgate_read_options,
     evalgate_topology,
 )
@@ -75,6 +76,7 @@ class EvalgatePlugin:
         self.topology = evalgate_topology(config, self.writer_run)
         self.options = evalgate_read_options(config)
         with evalgate_usage_errors():  # an S3 store is probed here, before any request
+            evalgate_check_sign_key(self.options)
             self.backend = evalgate_open_store(self.options.store_root)
             evalgate_check_output_folders(config, self.options, self.backend)
         self.suites: dict[str, EvalgateSuite | None] = {}

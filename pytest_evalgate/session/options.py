@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.session.usage import evalgate_usage_errors
 from pytest_evalgate.shard.plan import (
     EvalgateTopology,
@@ -71,6 +72,20 @@ def evalgate_read_options(config: pytest.Config) -> EvalgateOptions:
         sign_key=config.getoption("evalgate_sign_key"),
         report_text=bool(config.getoption("evalgate_report_text")),
     )
+
+
+def evalgate_check_sign_key(options: EvalgateOptions) -> None:
+    """A ``--evalgate-sign-key`` that cannot sign (missing, garbage, a public key, not P-256)
+    is a configuration error now, before any request: it was refused only at the gate, after
+    every answer had been paid for. Imported only then (cryptography)."""
+    if options.sign_key is None:
+        return
+    from pytest_evalgate.attest.keys import evalgate_load_private_key
+
+    try:
+        evalgate_load_private_key(options.sign_key)
+    except EvalgateConfigError as exc:
+        raise EvalgateConfigError(exc.source, "--evalgate-sign-key", exc.reason) from None
 
 
 def evalgate_topology(config: pytest.Config, writer_run: str) -> EvalgateTopology:
