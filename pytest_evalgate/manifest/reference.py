@@ -1,0 +1,218 @@
+"""The manifest reference (docs/reference.md), generated from the schema so it cannot drift.
+
+``evalgate_manifest_reference()`` walks ``EvalgateManifestSchema`` (and every block model under
+it) and writes one table row per key: its dotted name (``candidates.<name>.model`` for keys of
+a named block), type, whether it is required, its default, its bounds, and the one-line meaning
+from ``EVALGATE_KEY_MEANINGS``. A key without a meaning, or a meaning for a key the schema does
+not have, raises ``KeyError`` (tests/test_reference.py), so a new key cannot land undocumented.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from pytest_evalgate.manifest.schema import EvalgateManifestSchema
+
+EVALGATE_KEY_MEANINGS: dict[str, str] = {
+    "evalgate": "the manifest format version; only 1",
+    "suite": "the suite's name: a safe name, the store's first path component",
+    "dataset": "the frozen dataset",
+    "dataset.path": "the JSON Lines file of cases, relative to the manifest",
+    "dataset.revision": "the dataset's revision; part of every identity",
+    "dataset.sha256": "the file's sha256 (`evalgate pin` writes it); a run refuses a mismatch",
+    "prompt": "how a case becomes a request",
+    "prompt.revision": "the prompt's revision; part of the definition digest",
+    "prompt.system": "an optional system message",
+    "prompt.template": "the user message: `{input}` and other row fields in braces",
+    "evaluator": "how an answer is scored",
+    "evaluator.revision": "the evaluator's revision; part of the definition digest",
+    "evaluator.scorer": "exact, normalized, contains, regex, numeric, code, judge or python:MOD:FN",
+    "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance)",
+    "evaluator.language": "`scorer: code` only: the language of the answer's code",
+    "evaluator.extract": "`scorer: code` only: how the code is taken from the answer",
+    "evaluator.pass_at_k": "`scorer: code` only: pass@k over the repetitions",
+    "evaluator.mode": "`scorer: judge` only: pointwise or pairwise",
+    "evaluator.rubric": "`scorer: judge` only: the rubric file",
+    "evaluator.scale": "`scorer: judge` pointwise only: {min, max, pass}",
+    "repetitions": "answers per (case, candidate); each is its own identity",
+    "shards": "how many shards the cases are split into (one pod each)",
+    "shard_plan": "an optional file that assigns cases to shards",
+    "api": "chat (`/v1/chat/completions`) or completions (`/v1/completions`)",
+    "stream": "stream answers (SSE); TTFT and TPOT are measured only when streamed",
+    "generation": "sampling settings sent with every request",
+    "generation.temperature": "the sampling temperature",
+    "generation.max_tokens": "the answer's token bound",
+    "generation.seed": "the request seed (a signed 64-bit integer), offset per repetition",
+    "generation.top_p": "nucleus sampling",
+    "generation.stop": "stop sequences",
+    "candidates": "the models under test, by name (the policy names candidate and baseline)",
+    "candidates.<name>.model": "the model id sent in requests",
+    "candidates.<name>.base_url": "an OpenAI-compatible base URL (or a list: replicas)",
+    "candidates.<name>.api_key_env": "the environment variable holding the API key",
+    "candidates.<name>.pins": "what the weights are: weights_digest, family, training_run, ...",
+    "budget": "the run-wide load budget of the candidates' requests",
+    "budget.max_concurrency": "requests in flight across every process of the run",
+    "budget.requests_per_second": "a run-wide request rate bound",
+    "budget.tokens_per_minute": "a run-wide token rate bound",
+    "budget.max_attempts": "attempts per request (only transient errors are retried)",
+    "budget.timeout_s": "what one attempt may take; a longer server-asked wait is not waited",
+    "judge": "the pinned judge of `scorer: judge` (docs/judges.md)",
+    "judge.model": "the judge's model id",
+    "judge.base_url": "the judge's OpenAI-compatible base URL",
+    "judge.api_key_env": "the environment variable holding the judge's key",
+    "judge.revision": "the judge prompt's revision; part of the judge key",
+    "judge.temperature": "the judge's temperature (above 0 needs allow_sampling)",
+    "judge.seed": "the judge's request seed",
+    "judge.max_tokens": "the judge's answer bound (sent as 1024 when not written)",
+    "judge.top_p": "the judge's nucleus sampling",
+    "judge.pins": "what the judge's weights are",
+    "judge.budget": "the judge's own run-wide load budget",
+    "judge.budget.max_concurrency": "judge requests in flight across the run",
+    "judge.budget.requests_per_second": "a run-wide judge request rate bound",
+    "judge.budget.tokens_per_minute": "a run-wide judge token rate bound",
+    "judge.budget.max_attempts": "attempts per judge request",
+    "judge.budget.timeout_s": "what one judge attempt may take",
+    "judge.golden": "people's labels the judge is calibrated against (JSON Lines)",
+    "judge.allow_sampling": "allow a judge temperature above 0",
+    "perf": "the open-loop load phase behind the perf rules",
+    "perf.prompts": "the load phase's prompts (JSON Lines), relative to the manifest",
+    "perf.rate": "arrivals per second, sent to candidate and baseline alike",
+    "perf.duration_s": "how long arrivals are sent",
+    "perf.profile": "constant or poisson arrivals",
+    "perf.warmup_s": "the first seconds left out of the measurement",
+    "perf.seed": "the arrival and prompt draw seed",
+    "perf.max_tokens": "the load phase's answer bound",
+    "canary": "a canary string: answers holding it count as contamination hits",
+    "tiers": "stable subsets of the cases, by name (`--evalgate-tier`)",
+    "tiers.<name>.fraction": "the tier's share of the cases",
+    "tiers.<name>.seed": "the tier's draw seed",
+    "tiers.<name>.policy": "the tier's own policy file",
+    "private": "held-out categories; `public_private_gap` rules compare them with the public",
+    "sandbox": "`scorer: code` only: the sandbox the answer's code runs in (docs/sandbox.md)",
+    "sandbox.isolation": "auto, bwrap, unshare or none (none is never signed)",
+    "sandbox.max_concurrency": "sandboxed runs at once across the run",
+    "sandbox.timeout_s": "wall time of one run",
+    "sandbox.memory_mb": "memory bound of one run",
+    "sandbox.cpu_s": "CPU time bound of one run",
+    "sandbox.processes": "process bound of one run",
+    "sandbox.open_files": "open file bound of one run",
+    "sandbox.file_size_mb": "largest file one run may write",
+    "sandbox.work_mb": "the run's scratch space",
+    "sandbox.runtime_class": "the Kubernetes RuntimeClass of rendered sandbox pods (e.g. gvisor)",
+}
+
+_HEAD = """# Manifest reference (`evalgate.yaml`)
+
+Generated from the schema (`pytest_evalgate/manifest/reference.py`); do not edit by hand.
+`PYTEST_EVALGATE_WRITE_REFERENCE=1 python -m pytest tests/test_reference.py` rewrites it, and the
+test fails while it differs from the code. Every key is refused when unknown, and every
+refusal names the file, the key and the reason (exit 4, before any request). Dataset rows,
+policies and judges: docs/architecture.md, docs/judges.md, SPEC sections 3-10.
+
+| key | type | required | default | bounds | meaning |
+|---|---|---|---|---|---|
+"""
+
+
+def evalgate_manifest_reference() -> str:
+    """docs/reference.md's text; raises ``KeyError`` naming a key without its meaning or a
+    meaning without its key."""
+    rows = list(_rows(EvalgateManifestSchema, ""))
+    keys = {key for key, _ in rows}
+    for stale in sorted(set(EVALGATE_KEY_MEANINGS) - keys):
+        raise KeyError(f"a meaning for {stale}, which the schema does not have")
+    lines = [f"| `{key}` | {cells} | {_meaning(key)} |" for key, cells in rows]
+    return _HEAD + "\n".join(lines) + "\n"
+
+
+def _meaning(key: str) -> str:
+    if key not in EVALGATE_KEY_MEANINGS:
+        raise KeyError(f"{key} has no meaning in EVALGATE_KEY_MEANINGS")
+    return EVALGATE_KEY_MEANINGS[key]
+
+
+def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
+    for name, field in model.model_fields.items():
+        key = prefix + (field.alias or name)
+        yield key, _cells(field)
+        inner, named = _block(field.annotation)
+        if inner is not None:
+            yield from _rows(inner, key + (".<name>." if named else "."))
+
+
+def _block(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The block model under a field (and whether its keys are names), or None."""
+    origin = typing.get_origin(annotation)
+    if origin is dict:
+        value = typing.get_args(annotation)[1]
+        return (value, True) if _is_model(value) else (None, False)
+    for arg in typing.get_args(annotation) or (annotation,):
+        if _is_model(arg):
+            return arg, False
+    return None, False
+
+
+def _is_model(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseModel)
+
+
+def _cells(field: FieldInfo) -> str:
+    required = "yes" if field.is_required() else ""
+    default = "" if field.is_required() else _default(field)
+    return f"{_type(field.annotation)} | {required} | {default} | {_bounds(field)}"
+
+
+def _default(field: FieldInfo) -> str:
+    if field.default is PydanticUndefined:
+        return "(empty)" if field.default_factory is not None else ""
+    return "" if field.default is None else f"`{field.default}`"
+
+
+def _bounds(field: FieldInfo) -> str:
+    parts = []
+    for item in [*field.metadata, *_annotated_metadata(field.annotation)]:
+        for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(item, name, None)
+            if value is not None:
+                parts.append(f"{sign} {value}")
+        if getattr(item, "min_length", None):
+            parts.append("not empty")
+        if getattr(item, "pattern", None):
+            parts.append(f"matches `{item.pattern}`")
+    return ", ".join(parts)
+
+
+def _annotated_metadata(annotation: Any) -> list[Any]:
+    found: list[Any] = []
+    for arg in typing.get_args(annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            for extra in typing.get_args(arg)[1:]:
+                found += list(getattr(extra, "metadata", [extra]))
+    return found
+
+
+def _type(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin is typing.Annotated:
+        return _type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type(a) for a in args if a is not type(None))
+    if origin is list:
+        return f"list of {_type(args[0])}"
+    if origin is dict:
+        return "mapping" if not _is_model(args[1]) else "mapping of blocks"
+    if _is_model(annotation):
+        return "block"
+    if annotation is Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
