@@ -69,6 +69,26 @@ def _simulated(fault: str, stream: bool, **changes: Any) -> tuple[EvalgateCallRe
         return result, int(server.stats()["completion_arrivals"])
 
 
+def _fault_call(
+    default: FaultStep, stream: bool, script: FaultStep | None = None, **changes: Any
+) -> tuple[EvalgateCallResult, int]:
+    """One call to a scripted fault server answering ``default`` (``script`` first, once);
+    returns the result and how many requests the server saw."""
+
+    async def main() -> tuple[EvalgateCallResult, int]:
+        async with FaultServer(default) as server:
+            if script is not None:
+                server.script("id-1", script)
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            try:
+                ep = _endpoint(server.base_url, stream, **changes)
+                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
+            finally:
+                await client.aclose()
+
+    return asyncio.run(main())
+
+
 # --- cut-off answers ---------------------------------------------------------------------------
 
 
@@ -93,16 +113,7 @@ def test_a_stream_that_ends_with_done_but_no_finish_reason_is_truncated_and_retr
     # llama-cpp-python's server ends a stream it interrupts with [DONE] and no finish_reason
     # (issue 37): stored as an answer, 37 of 40 empty answers were scored wrong and the run
     # passed. Without a finish_reason the answer is not known to be whole, whatever ended it.
-    async def main() -> tuple[EvalgateCallResult, int]:
-        async with FaultServer(FaultStep(finish_reason="")) as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
-            try:
-                ep = _endpoint(server.base_url, True, max_attempts=3)
-                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
-            finally:
-                await client.aclose()
-
-    result, requests = asyncio.run(main())
+    result, requests = _fault_call(FaultStep(finish_reason=""), True, max_attempts=3)
     assert result.error is not None
     assert result.error.category == "truncated"
     assert "the stream ended with [DONE] but no finish_reason" in result.error.message
@@ -111,15 +122,7 @@ def test_a_stream_that_ends_with_done_but_no_finish_reason_is_truncated_and_retr
 
 def test_a_stream_with_done_and_a_finish_reason_is_an_answer() -> None:
     # the control of the test above: the same server with its finish_reason
-    async def main() -> EvalgateCallResult:
-        async with FaultServer(FaultStep()) as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None))
-            try:
-                return await client.call(_endpoint(server.base_url, True), CHAT, "id-1", 40)
-            finally:
-                await client.aclose()
-
-    result = asyncio.run(main())
+    result, _ = _fault_call(FaultStep(), True)
     assert result.error is None
     assert result.output == "Hello, world" and result.finish_reason == "stop"
 
@@ -168,16 +171,7 @@ def test_a_json_error_body_sent_to_a_stream_keeps_the_servers_message(
 ) -> None:
     # A 200 with a plain JSON error body and no SSE at all was malformed_response "no chunk
     # with choices", and the server's message was lost (issue 37, Weak).
-    async def main() -> EvalgateCallResult:
-        async with FaultServer(FaultStep(body=body)) as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
-            try:
-                ep = _endpoint(server.base_url, True, max_attempts=1)
-                return await client.call(ep, CHAT, "id-1", 40)
-            finally:
-                await client.aclose()
-
-    result = asyncio.run(main())
+    result, _ = _fault_call(FaultStep(body=body), True, max_attempts=1)
     assert result.error is not None and result.error.category == category
     assert words in result.error.message
 
@@ -327,17 +321,8 @@ def test_a_wait_longer_than_an_attempt_may_take_ends_the_call_at_once(
 ) -> None:
     # Retry-After: 100000 used to hold the run (capped at 600 s, 400 s seen): a hint longer
     # than the endpoint's timeout_s is not waited out; the attempt's error stands.
-    async def main() -> tuple[EvalgateCallResult, int]:
-        headers = {"Retry-After": "100000"}
-        async with FaultServer(FaultStep(status=status, headers=headers)) as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
-            try:
-                ep = _endpoint(server.base_url, False, max_attempts=4, timeout_s=10.0)
-                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
-            finally:
-                await client.aclose()
-
-    result, arrivals = asyncio.run(main())
+    busy = FaultStep(status=status, headers={"Retry-After": "100000"})
+    result, arrivals = _fault_call(busy, False, max_attempts=4, timeout_s=10.0)
     assert result.error is not None and result.error.category == category
     assert result.error.message.endswith(
         "the endpoint asked to wait 100000 s before a retry, longer than an attempt's"
@@ -348,17 +333,8 @@ def test_a_wait_longer_than_an_attempt_may_take_ends_the_call_at_once(
 
 def test_a_wait_within_the_attempt_timeout_is_still_waited_out() -> None:
     # the control: Retry-After 1 with timeout_s 10 retries and succeeds on the second attempt
-    async def main() -> tuple[EvalgateCallResult, int]:
-        async with FaultServer() as server:
-            server.script("id-1", FaultStep(status=503, headers={"Retry-After": "1"}))
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
-            try:
-                ep = _endpoint(server.base_url, False, max_attempts=3, timeout_s=10.0)
-                return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
-            finally:
-                await client.aclose()
-
-    result, arrivals = asyncio.run(main())
+    once = FaultStep(status=503, headers={"Retry-After": "1"})
+    result, arrivals = _fault_call(FaultStep(), False, once, max_attempts=3, timeout_s=10.0)
     assert result.error is None and (result.attempts, arrivals) == (2, 2)
 
 
