@@ -84,6 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="sign the decision record with this ECDSA P-256 private key",
     )
     group.addoption(
+        "--evalgate-trust",
+        default=None,
+        metavar="TRUST",
+        help="trust file (signer roles, SPEC section 20): the sign key must hold 'gate', and a"
+        " decision is attestable only under a policy approved by a 'policy' key",
+    )
+    group.addoption(
         "--evalgate-request-log",
         default=None,
         metavar="FILE",
@@ -98,6 +105,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("evalgate_store", "result store root", default=".evalgate")
     parser.addini("evalgate_policy", "gate policy path", default="")  # fmt: skip
+    parser.addini("evalgate_trust", "trust file (signer roles)", default="")  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)

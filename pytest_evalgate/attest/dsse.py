@@ -46,6 +46,8 @@ from pytest_evalgate.formats.canonical import evalgate_canonical_json
 EVALGATE_STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 EVALGATE_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 EVALGATE_PREDICATE_TYPE = "https://pytest-evalgate.dev/decision/v1"
+# A policy approval (attest.approval); here so that trust and approval need not import each other.
+EVALGATE_APPROVAL_TYPE = "https://pytest-evalgate.dev/policy-approval/v1"
 EVALGATE_ATTESTABLE_VERDICTS = frozenset({"pass", "fail"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -99,6 +101,9 @@ def evalgate_refusal_reason(decision: Mapping[str, object]) -> str | None:
             "attestable (partial, incomplete and invalid runs are not)"
         )
     if decision.get("attestable") is not True:
+        approval = decision.get("policy_approval")
+        if isinstance(approval, Mapping) and approval.get("approved") is False:
+            return f"not attestable: {approval.get('reason')}"
         return f"the decision says attestable: {decision.get('attestable')!r}; it is not signed"
     return None
 

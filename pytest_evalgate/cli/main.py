@@ -18,6 +18,7 @@ from pytest_evalgate.cli.command import EvalgateCommand, evalgate_run_command
 from pytest_evalgate.cli.contamination import evalgate_contamination_commands
 from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
+from pytest_evalgate.cli.policy import evalgate_policy_commands
 from pytest_evalgate.cli.polyaxon import evalgate_polyaxon_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
@@ -34,6 +35,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_suite_commands(),
         *evalgate_judge_commands(),
         *evalgate_attest_commands(),
+        *evalgate_policy_commands(),
         *evalgate_serve_commands(),
         *evalgate_shard_plan_commands(),
         *evalgate_k8s_commands(),

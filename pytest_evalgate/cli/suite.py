@@ -54,6 +54,9 @@ def _gate_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--sign-key", help="sign the decision with this PEM private key")
     parser.add_argument(
+        "--trust", metavar="TRUST", help="trust file: sign key needs 'gate', policy an approval"
+    )
+    parser.add_argument(
         "--tier",
         help="gate only the manifest's tier NAME, with its policy unless --policy (never a "
         "full-suite verdict, never signed)",
@@ -74,12 +77,14 @@ def _gate(args: argparse.Namespace) -> bool:
 
 def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     from pytest_evalgate.aggregate.combine import EvalgateSelection
+    from pytest_evalgate.attest.trust import evalgate_trust_for_signing
     from pytest_evalgate.decision.decide import evalgate_decide
     from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.perf.phase import evalgate_perf_phase
     from pytest_evalgate.policy.load import evalgate_load_suite_policy
     from pytest_evalgate.store import evalgate_open_store
 
+    trust = evalgate_trust_for_signing(args.trust, args.sign_key, "--trust", "--sign-key")
     manifest = evalgate_load_manifest(evalgate_manifest_path(args.suite))
     policy = evalgate_load_suite_policy(manifest, _policy_path(manifest, args))
     selection = EvalgateSelection(tuple(manifest.candidates), _case_ids(manifest, args.tier))
@@ -88,7 +93,7 @@ def _decide(args: argparse.Namespace) -> EvalgateOutcome:
     return evalgate_decide(
         backend, manifest, selection, policy,
         report_dir=args.report, sign_key=args.sign_key, perf=perf, tier=args.tier,
-        report_text=args.report_text,
+        report_text=args.report_text, trust=trust,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import cast
 
 from pytest_evalgate.aggregate.code import evalgate_code_record
@@ -35,6 +36,8 @@ from pytest_evalgate.attest.dsse import (
     evalgate_statement,
     evalgate_write_envelope,
 )
+from pytest_evalgate.attest.trust import EvalgateTrust
+from pytest_evalgate.decision.approval import evalgate_approval_record
 from pytest_evalgate.errors import (
     EvalgateStoreError,
     EvalgateStorePathError,
@@ -108,6 +111,7 @@ def evalgate_decide(
     tier: str | None = None,
     report_text: bool = False,
     verified: EvalgateVerifiedSegments | None = None,
+    trust: EvalgateTrust | None = None,
 ) -> EvalgateOutcome:
     """Aggregate ``selection`` from the store, gate it with ``policy`` (checked against
     ``manifest`` when it was loaded, ``policy.evalgate_check_policy``), sign and report.
@@ -119,6 +123,8 @@ def evalgate_decide(
     (``--evalgate-report-text``) lets the reports show the flipped cases' input, target and
     outputs; the decision record never holds them. ``verified``: the segments this process
     committed and verified as it went (``store.table``), replayed when their bytes are unchanged.
+    With ``trust`` (a trust file) the decision records whether the policy is approved, and is
+    not attestable when it is not (``decision.approval``).
     """
     pair = policy.pair
     aggregate = evalgate_aggregate(backend, manifest, selection, pair, verified)
@@ -142,6 +148,7 @@ def evalgate_decide(
     if aggregate.sandbox is not None:  # scorer: code only; unsandboxed: never attestable
         decision["sandbox"] = evalgate_code_record(aggregate.sandbox)
         decision["attestable"] = decision["attestable"] and aggregate.sandbox["sandboxed"]
+    approval_note = _approval(decision, trust, policy)
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
@@ -150,12 +157,28 @@ def evalgate_decide(
         decision["judge"] = cast(EvalgateJudgeRecord, judge.evalgate_json())
     publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
     written, notes = publish.run(decision)
+    if approval_note is not None:
+        notes = (approval_note, *notes)
     if aggregate.canary_identities:
         notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
     if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
+
+
+def _approval(
+    decision: EvalgateDecision, trust: EvalgateTrust | None, policy: EvalgatePolicy
+) -> str | None:
+    """Record the policy's approval (with a trust file); the note when it is not approved."""
+    if trust is None:
+        return None
+    record = evalgate_approval_record(trust, policy, datetime.now(UTC))
+    decision["policy_approval"] = record
+    if record.get("approved"):
+        return None
+    decision["attestable"] = False
+    return f"evalgate: {record.get('reason')}; the decision is not attestable"
 
 
 def _evaluate(policy: EvalgatePolicy, aggregate: EvalgateAggregate) -> EvalgateGateResult | None:

@@ -17,6 +17,10 @@ from pytest_evalgate.attest.dsse import (
     evalgate_payload_sha256,
     evalgate_verify_with_key,
 )
+from pytest_evalgate.attest.trust import (
+    EVALGATE_REGISTRY_ENTRY_TYPE as EVALGATE_REGISTRY_ENTRY_TYPE,
+)
+from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
@@ -24,7 +28,6 @@ from pytest_evalgate.errors import (
 )
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
 
-EVALGATE_REGISTRY_ENTRY_TYPE = "https://pytest-evalgate.dev/registry-entry/v1"
 EVALGATE_REGISTRY_STATES = ("candidate", "gated", "canary", "ga", "deprecated", "revoked")
 EVALGATE_GATED_STATES = frozenset({"gated", "canary", "ga"})
 EVALGATE_REGISTRY_GATE_KEY = "gate.pub"
@@ -138,9 +141,10 @@ def _entry_files(folder: str) -> list[str]:
 
 
 def evalgate_registry_read(
-    root: str, digest: str, registry_key: ec.EllipticCurvePublicKey
+    root: str, digest: str, registry_key: ec.EllipticCurvePublicKey | EvalgateTrust
 ) -> EvalgateRegistryChain:
-    """Read and verify ``digest``'s whole chain under the registry's public key.
+    """Read and verify ``digest``'s whole chain under the registry's public key, or with a
+    trust file under its keys holding the ``registry`` role (SPEC section 20).
 
     Raises :class:`EvalgateRegistryError` naming the entry and the reason: a gap (a removed
     entry), non-canonical bytes or a bad signature (an edit), a wrong sequence number or link
@@ -157,18 +161,26 @@ def evalgate_registry_read(
 def _read_entry(
     path: str,
     digest: str,
-    key: ec.EllipticCurvePublicKey,
+    key: ec.EllipticCurvePublicKey | EvalgateTrust,
     previous: EvalgateRegistryEntry | None,
 ) -> EvalgateRegistryEntry:
     sequence = 1 if previous is None else previous.sequence + 1
     try:
         envelope = _load_canonical(path)
-        statement = evalgate_verify_with_key(envelope, key)
+        statement = _verified_entry(envelope, key)
         entry = evalgate_entry_from_statement(statement, path, evalgate_payload_sha256(envelope))
         _check_entry(entry, digest, sequence, previous)
     except (EvalgateSignatureError, EvalgateRegistryError) as exc:
         raise EvalgateRegistryError(f"{path}: entry {sequence} of {digest}: {exc}") from None
     return entry
+
+
+def _verified_entry(
+    envelope: dict[str, Any], key: ec.EllipticCurvePublicKey | EvalgateTrust
+) -> dict[str, Any]:
+    if isinstance(key, EvalgateTrust):
+        return key.evalgate_verify(envelope, "registry").statement
+    return evalgate_verify_with_key(envelope, key)
 
 
 def _load_canonical(path: str) -> dict[str, Any]:

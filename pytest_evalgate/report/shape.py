@@ -156,6 +156,20 @@ class EvalgateJudgeRecord(TypedDict, total=False):
     agreement: EvalgateAgreementRecord | None
 
 
+class EvalgatePolicyApprovalRecord(TypedDict, total=False):
+    """Whether the policy was approved by a ``policy`` key of the trust file (SPEC section 20):
+    with ``approved`` the signer and the approval envelope (admission re-verifies it), without
+    it the reason."""
+
+    approved: bool
+    reason: str
+    identity: str
+    keyid: str
+    approved_at: str
+    expires_at: str | None
+    envelope: dict[str, EvalgateJSON]
+
+
 class EvalgateDecision(TypedDict):
     """One suite's decision record."""
 
@@ -184,3 +198,4 @@ class EvalgateDecision(TypedDict):
     sandbox: NotRequired[EvalgateSandboxSummary]  # scorer: code only
     tier: NotRequired[dict[str, str | float | int | bool]]
     contamination: NotRequired[EvalgateContaminationRecord]
+    policy_approval: NotRequired[EvalgatePolicyApprovalRecord]  # with a trust file only

@@ -29,7 +29,7 @@ from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.perf.phase import evalgate_perf_phase
 from pytest_evalgate.perf.result import EvalgatePerfResult
 from pytest_evalgate.report import evalgate_summary_lines
-from pytest_evalgate.session.options import EvalgateOptions
+from pytest_evalgate.session.options import EvalgateOptions, evalgate_session_trust
 from pytest_evalgate.session.prepare import EvalgateChosen
 from pytest_evalgate.session.suite import EvalgateSuite
 from pytest_evalgate.session.usage import evalgate_usage_errors
@@ -92,6 +92,7 @@ def evalgate_gate_suite(
             tier=options.tier,
             report_text=options.report_text,
             verified=context.verified,
+            trust=evalgate_session_trust(options),
         )
     if refused:
         return EvalgateVerdict(1, tuple(refused))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_evalgate.errors import EvalgateConfigError
+if TYPE_CHECKING:  # cryptography is imported only when a trust file is given
+    from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.session.usage import evalgate_usage_errors
 from pytest_evalgate.shard.plan import (
     EvalgateTopology,
@@ -43,6 +45,7 @@ class EvalgateOptions:
     report_dir: str | None
     sign_key: str | None
     report_text: bool
+    trust: str | None = None
 
     @property
     def requests(self) -> bool:
@@ -58,6 +61,7 @@ def evalgate_read_options(config: pytest.Config) -> EvalgateOptions:
     """The session's options from ``config`` (read once, at configure time)."""
     store = config.getoption("evalgate_store") or config.getini("evalgate_store")
     policy = config.getoption("evalgate_policy") or config.getini("evalgate_policy")
+    trust = config.getoption("evalgate_trust") or config.getini("evalgate_trust")
     return EvalgateOptions(
         store_root=str(store),
         candidates=frozenset(config.getoption("evalgate_candidate")),
@@ -71,21 +75,27 @@ def evalgate_read_options(config: pytest.Config) -> EvalgateOptions:
         report_dir=config.getoption("evalgate_report"),
         sign_key=config.getoption("evalgate_sign_key"),
         report_text=bool(config.getoption("evalgate_report_text")),
+        trust=str(trust) if trust else None,
     )
 
 
 def evalgate_check_sign_key(options: EvalgateOptions) -> None:
     """A ``--evalgate-sign-key`` that cannot sign (missing, garbage, a public key, not P-256)
     is a configuration error now, before any request: it was refused only at the gate, after
-    every answer had been paid for. Imported only then (cryptography)."""
-    if options.sign_key is None:
-        return
-    from pytest_evalgate.attest.keys import evalgate_load_private_key
+    every answer had been paid for. So is a bad ``--evalgate-trust`` file, and a sign key the
+    trust file does not give the ``gate`` role."""
+    from pytest_evalgate.attest.trust import evalgate_trust_for_signing
 
-    try:
-        evalgate_load_private_key(options.sign_key)
-    except EvalgateConfigError as exc:
-        raise EvalgateConfigError(exc.source, "--evalgate-sign-key", exc.reason) from None
+    evalgate_trust_for_signing(
+        options.trust, options.sign_key, "--evalgate-trust", "--evalgate-sign-key"
+    )
+
+
+def evalgate_session_trust(options: EvalgateOptions) -> EvalgateTrust | None:
+    """The session's trust file, loaded and checked (exit 4 when it is bad), or None."""
+    from pytest_evalgate.attest.trust import evalgate_trust_for_signing
+
+    return evalgate_trust_for_signing(options.trust, None, "--evalgate-trust", "")
 
 
 def evalgate_topology(config: pytest.Config, writer_run: str) -> EvalgateTopology:
