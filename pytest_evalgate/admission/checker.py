@@ -42,9 +42,11 @@ from pytest_evalgate.admission.review import (
     evalgate_parse_review,
     evalgate_review_response,
 )
+from pytest_evalgate.attest.approval import evalgate_decision_approval_refusal
 from pytest_evalgate.attest.dsse import evalgate_verify_with_key
 from pytest_evalgate.attest.keys import evalgate_load_public_key
 from pytest_evalgate.attest.override import evalgate_parse_time
+from pytest_evalgate.attest.trust import EvalgateTrust, evalgate_release_refusal
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
@@ -83,12 +85,21 @@ def evalgate_admission_namespaces(text: str | None) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class EvalgateAdmissionConfig:
     """What the webhook trusts: the gate's public key (decisions, overrides), the registry
-    folder and its public key, and the namespaces whose Pods are checked."""
+    folder and its public key, and the namespaces whose Pods are checked.
+
+    With ``trust`` (a trust file, SPEC section 20) the keys come from it by role instead:
+    decisions need a ``gate`` key, overrides an ``override`` key (the approver is its
+    identity), registry entries a ``registry`` key; and every admitted decision must rest on
+    a policy approved by a ``policy`` key and name weights signed by a ``release`` key. With
+    ``require_binding`` ("verified") a decision must say its weights were verified, not
+    declared. ``gate_key`` and ``registry_key`` are then ignored (give "")."""
 
     gate_key: str
     registry: str
     registry_key: str
     namespaces: tuple[str, ...] = EVALGATE_ADMISSION_DEFAULT_NAMESPACES
+    trust: EvalgateTrust | None = None
+    require_binding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -144,8 +155,15 @@ class EvalgateAdmission:
         cache_size: int = 4096,
     ) -> None:
         self.config = config
-        self._gate_key = evalgate_load_public_key(config.gate_key)
-        self._registry_key = evalgate_load_public_key(config.registry_key)
+        self._verifier: Callable[[Mapping[str, Any]], dict[str, Any]]
+        self._registry_key: ec.EllipticCurvePublicKey | EvalgateTrust
+        if config.trust is not None:
+            self._verifier = config.trust.evalgate_verifier()
+            self._registry_key = config.trust
+        else:
+            gate_key = evalgate_load_public_key(config.gate_key)
+            self._verifier = lambda envelope: evalgate_verify_with_key(envelope, gate_key)
+            self._registry_key = evalgate_load_public_key(config.registry_key)
         if not os.path.isdir(config.registry):
             raise EvalgateConfigError(config.registry, "--registry", "not a folder")
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -276,6 +294,9 @@ class EvalgateAdmission:
             basis = evalgate_check_basis(head.attestations, head.digest, self._verify, admit=False)
         except EvalgateSignatureError as exc:
             return str(exc)
+        refusal = self._chain_refusal(basis)
+        if refusal is not None:
+            return refusal
         if basis.override is None:
             return _Window(basis, None, None)
         try:
@@ -285,13 +306,33 @@ class EvalgateAdmission:
             return f"the override's times are malformed: {exc}"
         return _Window(basis, issued, expires)
 
+    def _chain_refusal(self, basis: EvalgateBasis) -> str | None:
+        """With a trust file: the policy approval and the release signature of the decision;
+        with ``require_binding``: how its weights were bound (SPEC section 20)."""
+        decision = basis.decision
+        if self.config.trust is not None:
+            refusal = evalgate_decision_approval_refusal(decision, self.config.trust)
+            if refusal is None:
+                refusal = evalgate_release_refusal(decision, self.config.trust)
+            if refusal is not None:
+                return f"decision {basis.decision_sha256[:16]}: {refusal}"
+        wanted = self.config.require_binding
+        weights = decision.get("weights")
+        binding = weights.get("binding") if isinstance(weights, Mapping) else None
+        if wanted is not None and binding != wanted:
+            return (
+                f"decision {basis.decision_sha256[:16]}: weights binding is {binding!r}, "
+                f"admission requires {wanted!r} (--require-binding)"
+            )
+        return None
+
     def _verify(self, envelope: Mapping[str, object]) -> dict[str, Any]:
         """Verify under the gate key, cached by the envelope's digest (failures too)."""
         key = hashlib.sha256(evalgate_canonical_json(envelope)).hexdigest()
         cached = self._verified.get(key)
         if cached is None:
             self.misses += 1
-            cached = _verify_or_reason(envelope, self._gate_key)
+            cached = _verify_or_reason(envelope, self._verifier)
             self._verified.put(key, cached)
         else:
             self.hits += 1
@@ -309,10 +350,10 @@ class EvalgateAdmission:
 
 
 def _verify_or_reason(
-    envelope: Mapping[str, object], key: ec.EllipticCurvePublicKey
+    envelope: Mapping[str, Any], verify: Callable[[Mapping[str, Any]], dict[str, Any]]
 ) -> dict[str, Any] | str:
     try:
-        return evalgate_verify_with_key(envelope, key)
+        return verify(envelope)
     except EvalgateSignatureError as exc:
         return str(exc)
 

@@ -37,6 +37,7 @@ __all__ = [
     "evalgate_approval_path",
     "evalgate_approval_statement",
     "evalgate_check_approval",
+    "evalgate_decision_approval_refusal",
     "evalgate_read_approval",
 ]
 
@@ -143,3 +144,27 @@ def evalgate_read_approval(
     if not os.path.isfile(path):
         raise EvalgateSignatureError(f"no approval: {path} does not exist")
     return evalgate_check_approval(evalgate_load_envelope(path), trust, version, digest, at)
+
+
+def evalgate_decision_approval_refusal(
+    decision: Mapping[str, Any], trust: EvalgateTrust
+) -> str | None:
+    """Why a signed decision does not rest on an approved policy, or None when it does: its
+    ``policy_approval`` must say approved and carry an approval envelope that verifies under
+    a ``policy`` key of ``trust``, for the decision's policy version and digest, valid when the
+    decision was made (``created_at``). Admission asks this of every decision it admits."""
+    record = decision.get("policy_approval")
+    policy = decision.get("policy")
+    if not isinstance(record, Mapping) or record.get("approved") is not True:
+        reason = record.get("reason") if isinstance(record, Mapping) else None
+        return f"policy not approved: {reason or 'the decision records no policy approval'}"
+    if not isinstance(policy, Mapping) or not isinstance(record.get("envelope"), Mapping):
+        return "policy not approved: the decision's policy or approval envelope is missing"
+    try:
+        at = evalgate_parse_time(str(decision.get("created_at")), "created_at")
+        evalgate_check_approval(
+            record["envelope"], trust, str(policy.get("version")), str(policy.get("digest")), at
+        )
+    except (EvalgateSignatureError, EvalgateConfigError) as exc:
+        return f"policy not approved: {exc}"
+    return None

@@ -270,3 +270,24 @@ def evalgate_trust_for_signing(
     except EvalgateSignatureError as exc:
         raise EvalgateConfigError(sign_key, key_option, str(exc)) from None
     return trust
+
+
+def evalgate_release_refusal(decision: Mapping[str, Any], trust: EvalgateTrust) -> str | None:
+    """Why the weights of a signed decision are not known to be signed by a ``release`` key of
+    ``trust``, or None: the decision's ``weights.signature`` (recorded where the harness saw
+    the weights verified against their model-signing signature) must name a key of the trust
+    file holding ``release``."""
+    weights = decision.get("weights")
+    signature = weights.get("signature") if isinstance(weights, Mapping) else None
+    if not isinstance(signature, Mapping):
+        return (
+            "no release signature: the decision records no verified weights signature "
+            "(pins.weights_signature, verified where the weights are served)"
+        )
+    keyid = str(signature.get("keyid"))
+    key = trust.evalgate_key(keyid)
+    if key is None:
+        return f"the weights signature's key {keyid[:16]} is not in the trust file {trust.path}"
+    if "release" not in key.roles:
+        return f"the weights were signed by {key.describe()}, which lacks role release"
+    return None

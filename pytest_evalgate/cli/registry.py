@@ -6,8 +6,11 @@
   its decision among the attestations the registry recorded. Decisions verify under
   ``PATH/gate.pub``.
 - ``revoke DIGEST --reason TEXT --registry PATH --sign-key PEM``: ``revoked``, from any state.
-- ``show DIGEST --registry PATH --registry-key PUB`` verifies the chain and prints it and
-  ``result: VALID``; a chain that does not verify prints ``INVALID: REASON`` and exits 1.
+- ``--trust TRUST`` (promote, revoke, show; SPEC section 20): keys by role instead of
+  ``gate.pub`` and ``--registry-key``; the sign key must hold ``registry``, and a gated state's
+  decision must rest on an approved policy.
+- ``show DIGEST --registry PATH (--registry-key PUB | --trust TRUST)`` verifies the chain and
+  prints it and ``result: VALID``; a chain that does not verify prints ``INVALID: REASON`` and exits 1.
 
 A refused transition or basis exits 1; a bad digest or state, an unreadable key or file, or a
 missing ``gate.pub`` exits 4. ``who`` is ``user@host`` of the process.
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
+    from pytest_evalgate.attest.trust import EvalgateTrust
     from pytest_evalgate.registry import EvalgateRegistryEntry
 
 
@@ -47,7 +51,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--registry", required=True, metavar="PATH", help="registry folder")
     for command in (promote, revoke):
         command.add_argument("--sign-key", required=True, metavar="PEM", help="registry key")
-    show.add_argument("--registry-key", required=True, metavar="PUB", help="registry public key")
+    for command in (promote, revoke):
+        command.add_argument("--trust", metavar="TRUST", help="trust file: keys by role")
+    keys = show.add_mutually_exclusive_group(required=True)
+    keys.add_argument("--registry-key", metavar="PUB", help="registry public key")
+    keys.add_argument("--trust", metavar="TRUST", help="trust file: the registry keys by role")
 
 
 def _run(args: argparse.Namespace) -> bool:
@@ -76,8 +84,15 @@ def _promote(args: argparse.Namespace) -> EvalgateRegistryEntry:
 
     envelopes = [_attestation(path) for path in args.attestation]
     return evalgate_registry_promote(
-        args.registry, args.digest, args.to, envelopes, args.sign_key, who=_who()
-    )
+        args.registry, args.digest, args.to, envelopes, args.sign_key, who=_who(),
+        trust=_trust(args),
+    )  # fmt: skip
+
+
+def _trust(args: argparse.Namespace) -> EvalgateTrust | None:
+    from pytest_evalgate.attest.trust import evalgate_load_trust
+
+    return evalgate_load_trust(args.trust, "--trust") if args.trust else None
 
 
 def _attestation(path: str) -> dict[str, Any]:
@@ -95,7 +110,7 @@ def _revoke(args: argparse.Namespace) -> EvalgateRegistryEntry:
     from pytest_evalgate.registry import evalgate_registry_revoke
 
     return evalgate_registry_revoke(
-        args.registry, args.digest, args.reason, args.sign_key, who=_who()
+        args.registry, args.digest, args.reason, args.sign_key, who=_who(), trust=_trust(args)
     )
 
 
@@ -104,7 +119,7 @@ def _show(args: argparse.Namespace) -> bool:
     from pytest_evalgate.errors import EvalgateRegistryError
     from pytest_evalgate.registry import evalgate_registry_describe, evalgate_registry_read
 
-    key = evalgate_load_public_key(args.registry_key)
+    key = _trust(args) or evalgate_load_public_key(args.registry_key)
     try:
         chain = evalgate_registry_read(args.registry, args.digest, key)
     except EvalgateRegistryError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ class EvalgateBasis:
     decision_sha256: str
     verdict: str
     override: dict[str, Any] | None
+    decision: Mapping[str, Any] = field(default_factory=dict, compare=False)  # its predicate
 
     def describe(self) -> str:
         """One line: the decision, its verdict and the override, if any."""
@@ -110,11 +111,11 @@ def _basis(
     decision_sha256 = evalgate_payload_sha256(decision_env)
     verdict = str(decision["predicate"].get("verdict"))
     if override is None:
-        return EvalgateBasis(decision_sha256, verdict, None)
+        return EvalgateBasis(decision_sha256, verdict, None, decision["predicate"])
     if verdict == "pass":
         raise EvalgateSignatureError("an override of a decision that passed")
     evalgate_check_override(override, decision, decision_sha256, now, window=window)
-    return EvalgateBasis(decision_sha256, verdict, override["predicate"])
+    return EvalgateBasis(decision_sha256, verdict, override["predicate"], decision["predicate"])
 
 
 def evalgate_registry_gate_key(root: str) -> ec.EllipticCurvePublicKey:

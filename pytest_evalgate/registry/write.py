@@ -9,8 +9,12 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+from pytest_evalgate.attest.approval import evalgate_decision_approval_refusal
 from pytest_evalgate.attest.dsse import (
     EVALGATE_PREDICATE_TYPE,
     evalgate_payload_sha256,
@@ -19,6 +23,7 @@ from pytest_evalgate.attest.dsse import (
 )
 from pytest_evalgate.attest.keys import evalgate_load_private_key
 from pytest_evalgate.attest.override import EVALGATE_OVERRIDE_TYPE, evalgate_format_time
+from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.errors import (
     EvalgateConfigError,
     EvalgateRegistryError,
@@ -67,6 +72,7 @@ def evalgate_registry_append(
     draft: EvalgateRegistryDraft,
     sign_key_path: str,
     chain: EvalgateRegistryChain | None = None,
+    trust: EvalgateTrust | None = None,
 ) -> EvalgateRegistryEntry:
     """Sign ``draft`` with the registry key and publish it as ``digest``'s next entry.
 
@@ -77,8 +83,7 @@ def evalgate_registry_append(
     :class:`EvalgateRegistryError`."""
     evalgate_parse_digest(digest)
     if chain is None:
-        public_key = evalgate_load_private_key(sign_key_path).public_key()
-        chain = evalgate_registry_read(root, digest, public_key)
+        chain = evalgate_registry_read(root, digest, _entry_key(sign_key_path, trust))
     refusal = evalgate_transition_refusal(chain.state, draft.state)
     if refusal is not None:
         raise EvalgateRegistryError(f"{digest}: refused: {refusal}")
@@ -89,6 +94,21 @@ def evalgate_registry_append(
     envelope = evalgate_sign(statement, sign_key_path)
     path = _publish(evalgate_digest_folder(root, digest), entry.sequence, envelope)
     return evalgate_entry_from_statement(statement, path, evalgate_payload_sha256(envelope))
+
+
+def _entry_key(
+    sign_key_path: str, trust: EvalgateTrust | None
+) -> ec.EllipticCurvePublicKey | EvalgateTrust:
+    """What the chain is read under: the signing key's public half, or with a trust file the
+    file's ``registry`` keys, after checking the signing key holds that role."""
+    public_key = evalgate_load_private_key(sign_key_path).public_key()
+    if trust is None:
+        return public_key
+    try:
+        trust.evalgate_check_role(public_key, "registry")
+    except EvalgateSignatureError as exc:
+        raise EvalgateConfigError(sign_key_path, "--sign-key", str(exc)) from None
+    return trust
 
 
 def _predicate(
@@ -155,8 +175,13 @@ def evalgate_registry_promote(
     *,
     who: str,
     now: datetime | None = None,
+    trust: EvalgateTrust | None = None,
 ) -> EvalgateRegistryEntry:
     """Append state ``to`` for ``digest`` (``evalgate registry promote``).
+
+    With ``trust`` (SPEC section 20) keys come from the trust file by role: the signing key
+    needs ``registry``, decisions ``gate``, overrides ``override``, and a gated state's
+    decision must rest on an approved policy; ``gate.pub`` is not read.
 
     ``attestations`` are envelopes: a decision, an override, or both; an override alone finds
     its decision among the attestations the chain recorded. Given attestations must verify
@@ -172,38 +197,43 @@ def evalgate_registry_promote(
     if to not in EVALGATE_REGISTRY_STATES:
         reason = f"unknown state {to!r} (one of {', '.join(EVALGATE_REGISTRY_STATES[:-1])})"
         raise EvalgateConfigError("--to", "state", reason)
-    public_key = evalgate_load_private_key(sign_key_path).public_key()
-    chain = evalgate_registry_read(root, digest, public_key)
+    chain = evalgate_registry_read(root, digest, _entry_key(sign_key_path, trust))
     refusal = evalgate_transition_refusal(chain.state, to)
     if refusal is not None:
         raise EvalgateRegistryError(f"{digest}: refused: {refusal}")
-    draft = _promotion_draft(root, chain, to, attestations, who, now)
-    return evalgate_registry_append(root, digest, draft, sign_key_path, chain)
+    verify = _gate_verifier(root, trust)
+    draft = _promotion_draft(chain, to, attestations, who, now, (verify, trust))
+    return evalgate_registry_append(root, digest, draft, sign_key_path, chain, trust)
 
 
 def _promotion_draft(
-    root: str,
     chain: EvalgateRegistryChain,
     to: str,
     given: Sequence[Mapping[str, object]],
     who: str,
     now: datetime | None,
+    keys: tuple[EvalgateVerifier, EvalgateTrust | None],
 ) -> EvalgateRegistryDraft:
+    verify, trust = keys
     if not given and to not in EVALGATE_GATED_STATES:
         return _carried_draft(chain, to, who, now)
-    envelopes = _basis_envelopes(root, chain, given)
+    envelopes = _basis_envelopes(verify, chain, given)
     if not envelopes and to in EVALGATE_GATED_STATES:
         reason = f"promoting to {to} needs a decision: give --attestation decision.dsse.json"
         raise EvalgateRegistryError(f"{chain.digest}: refused: {reason}")
     if not envelopes:
         return EvalgateRegistryDraft(to, who, f"promoted to {to}", _when(now))
-    verify = _gate_verifier(root)
     try:
         basis = evalgate_check_basis(
             envelopes, chain.digest, verify, now, admit=to in EVALGATE_GATED_STATES
         )
     except EvalgateSignatureError as exc:
         raise EvalgateRegistryError(f"{chain.digest}: refused: {exc}") from None
+    unapproved = (
+        None if trust is None else evalgate_decision_approval_refusal(basis.decision, trust)
+    )
+    if unapproved is not None and to in EVALGATE_GATED_STATES:
+        raise EvalgateRegistryError(f"{chain.digest}: refused: {unapproved}")
     override = envelopes[1] if len(envelopes) > 1 else None
     return EvalgateRegistryDraft(
         to, who, f"promoted to {to} on {basis.describe()}", _when(now),
@@ -226,18 +256,19 @@ def _carried_draft(
     )  # fmt: skip
 
 
-def _gate_verifier(root: str) -> EvalgateVerifier:
+def _gate_verifier(root: str, trust: EvalgateTrust | None) -> EvalgateVerifier:
+    if trust is not None:
+        return trust.evalgate_verifier()
     key = evalgate_registry_gate_key(root)
     return lambda envelope: evalgate_verify_with_key(envelope, key)
 
 
 def _basis_envelopes(
-    root: str, chain: EvalgateRegistryChain, given: Sequence[Mapping[str, object]]
+    verify: EvalgateVerifier, chain: EvalgateRegistryChain, given: Sequence[Mapping[str, object]]
 ) -> list[Mapping[str, Any]]:
     """The decision (first) and override (second) a promotion rests on."""
     if not given:
         return list(chain.head.attestations) if chain.head else []
-    verify = _gate_verifier(root)
     kinds = [(envelope, _verify_kind(verify, envelope)) for envelope in given]
     decisions = [e for e, k in kinds if k[0] == EVALGATE_PREDICATE_TYPE]
     overrides = [(e, k[1]) for e, k in kinds if k[0] == EVALGATE_OVERRIDE_TYPE]
@@ -276,6 +307,7 @@ def evalgate_registry_revoke(
     *,
     who: str,
     now: datetime | None = None,
+    trust: EvalgateTrust | None = None,
 ) -> EvalgateRegistryEntry:
     """Append ``revoked`` for ``digest`` (``evalgate registry revoke``), from any state or
     none; ``reason`` (non-empty) is the entry's ``why``. A revoked digest stays revoked."""
@@ -283,4 +315,4 @@ def evalgate_registry_revoke(
     if not isinstance(reason, str) or not reason.strip():
         raise EvalgateConfigError("--reason", "reason", "a revocation needs a non-empty reason")
     draft = EvalgateRegistryDraft("revoked", who, reason.strip(), _when(now))
-    return evalgate_registry_append(root, digest, draft, sign_key_path)
+    return evalgate_registry_append(root, digest, draft, sign_key_path, trust=trust)
