@@ -10,7 +10,8 @@
   ``gate.pub`` and ``--registry-key``; the sign key must hold ``registry``, and a gated state's
   decision must rest on an approved policy.
 - ``show DIGEST --registry PATH (--registry-key PUB | --trust TRUST)`` verifies the chain and
-  prints it and ``result: VALID``; a chain that does not verify prints ``INVALID: REASON`` and exits 1.
+  prints it and ``result: VALID``; a chain that does not verify prints ``INVALID: REASON`` and
+  exits 1.
 
 A refused transition or basis exits 1; a bad digest or state, an unreadable key or file, or a
 missing ``gate.pub`` exits 4. ``who`` is ``user@host`` of the process.
