@@ -152,12 +152,15 @@ def _options(parser: argparse.ArgumentParser, *path: str) -> set[str]:
 def test_the_commands_have_exactly_the_options_of_the_spec() -> None:
     parser = evalgate_build_parser()
     assert _options(parser, "registry", "promote") == {
-        "--to", "--attestation", "--registry", "--sign-key"
+        "--to", "--attestation", "--registry", "--sign-key", "--trust"
     }  # fmt: skip
-    assert _options(parser, "registry", "revoke") == {"--reason", "--registry", "--sign-key"}
-    assert _options(parser, "registry", "show") == {"--registry", "--registry-key"}
+    assert _options(parser, "registry", "revoke") == {
+        "--reason", "--registry", "--sign-key", "--trust"
+    }  # fmt: skip
+    assert _options(parser, "registry", "show") == {"--registry", "--registry-key", "--trust"}
     assert _options(parser, "admission", "serve") == {
-        "--key", "--registry", "--registry-key", "--tls-cert", "--tls-key", "--port"
+        "--key", "--registry", "--registry-key", "--tls-cert", "--tls-key", "--port", "--trust",
+        "--require-binding",
     }  # fmt: skip
     args = parser.parse_args(
         ["admission", "serve", "--key", "k", "--registry", "r", "--registry-key", "rk",

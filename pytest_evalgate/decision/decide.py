@@ -38,6 +38,7 @@ from pytest_evalgate.attest.dsse import (
 )
 from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.decision.approval import evalgate_approval_record
+from pytest_evalgate.decision.weights import evalgate_weights_record
 from pytest_evalgate.errors import (
     EvalgateStoreError,
     EvalgateStorePathError,
@@ -149,6 +150,7 @@ def evalgate_decide(
         decision["sandbox"] = evalgate_code_record(aggregate.sandbox)
         decision["attestable"] = decision["attestable"] and aggregate.sandbox["sandboxed"]
     approval_note = _approval(decision, trust, policy)
+    decision["weights"] = evalgate_weights_record(_weights_digest(decision), trust)
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
@@ -165,6 +167,12 @@ def evalgate_decide(
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
+
+
+def _weights_digest(decision: EvalgateDecision) -> object:
+    candidate = decision["candidate"]
+    pins = candidate["pins"] if candidate else {}
+    return pins.get("weights_digest") if isinstance(pins, dict) else None
 
 
 def _approval(

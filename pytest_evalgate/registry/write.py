@@ -259,8 +259,9 @@ def _carried_draft(
 def _gate_verifier(root: str, trust: EvalgateTrust | None) -> EvalgateVerifier:
     if trust is not None:
         return trust.evalgate_verifier()
-    key = evalgate_registry_gate_key(root)
-    return lambda envelope: evalgate_verify_with_key(envelope, key)
+    # gate.pub is read when an attestation is verified, not before: a promotion without one
+    # (to candidate) needs no gate key.
+    return lambda envelope: evalgate_verify_with_key(envelope, evalgate_registry_gate_key(root))
 
 
 def _basis_envelopes(

@@ -199,3 +199,5 @@ class EvalgateDecision(TypedDict):
     tier: NotRequired[dict[str, str | float | int | bool]]
     contamination: NotRequired[EvalgateContaminationRecord]
     policy_approval: NotRequired[EvalgatePolicyApprovalRecord]  # with a trust file only
+    # {digest, binding: verified or declared, signature or why} (decision.weights)
+    weights: NotRequired[dict[str, EvalgateJSON]]
