@@ -142,7 +142,7 @@ def evalgate_read_approval(
     a missing file is :class:`EvalgateSignatureError` too ("no approval")."""
     path = evalgate_approval_path(policy_path)
     if not os.path.isfile(path):
-        raise EvalgateSignatureError(f"no approval: {path} does not exist")
+        raise EvalgateSignatureError(f"no approval: {_shown(path)} does not exist")
     return evalgate_check_approval(evalgate_load_envelope(path), trust, version, digest, at)
 
 
@@ -168,3 +168,10 @@ def evalgate_decision_approval_refusal(
     except (EvalgateSignatureError, EvalgateConfigError) as exc:
         return f"policy not approved: {exc}"
     return None
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working folder when it lies below it (decision records and
+    messages name it without the machine's absolute paths), else as given."""
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if relative.startswith("..") else relative

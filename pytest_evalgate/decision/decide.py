@@ -159,7 +159,7 @@ def evalgate_decide(
         decision["judge"] = cast(EvalgateJudgeRecord, judge.evalgate_json())
     publish = _Publish(backend, manifest, report_dir, sign_key, report_text)
     written, notes = publish.run(decision)
-    if approval_note is not None:
+    if approval_note is not None and not sign_key:  # with a key, the refusal to sign says it
         notes = (approval_note, *notes)
     if aggregate.canary_identities:
         notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
