@@ -83,7 +83,9 @@ def evalgate_check_sign_key(options: EvalgateOptions) -> None:
     """A ``--evalgate-sign-key`` that cannot sign (missing, garbage, a public key, not P-256)
     is a configuration error now, before any request: it was refused only at the gate, after
     every answer had been paid for. So is a bad ``--evalgate-trust`` file, and a sign key the
-    trust file does not give the ``gate`` role."""
+    trust file does not give the ``gate`` role. cryptography is imported only then."""
+    if options.sign_key is None and options.trust is None:
+        return
     from pytest_evalgate.attest.trust import evalgate_trust_for_signing
 
     evalgate_trust_for_signing(
@@ -93,6 +95,8 @@ def evalgate_check_sign_key(options: EvalgateOptions) -> None:
 
 def evalgate_session_trust(options: EvalgateOptions) -> EvalgateTrust | None:
     """The session's trust file, loaded and checked (exit 4 when it is bad), or None."""
+    if options.trust is None:
+        return None
     from pytest_evalgate.attest.trust import evalgate_trust_for_signing
 
     return evalgate_trust_for_signing(options.trust, None, "--evalgate-trust", "")
