@@ -237,6 +237,46 @@ def test_perf_too_little_evidence_counts_samples_from_the_log_ratio_spread(
     assert only.reason == f"too little evidence: about {needed - 10} more samples would settle it"
 
 
+def _jittery(rng: np.random.Generator, n: int, stall: float) -> list[float]:
+    """Latencies of about 10 ms where a share ``stall`` of requests stalls for tens of ms (a
+    busy machine's scheduler, not the model)."""
+    stalls = rng.random(n) < stall
+    return list(np.where(stalls, 10 + rng.exponential(30, n), rng.normal(10, 0.2, n)))
+
+
+def test_a_perf_rule_on_a_jittery_window_says_too_noisy_not_regression() -> None:
+    rng = np.random.default_rng(3)
+    base = _jittery(rng, 200, 0.07)
+    cand = _jittery(rng, 200, 0.07)  # the same model: only the machine jitters
+    data = make(WORSE_BETTER, perf={"ttft": (cand, base)})
+    (only,) = gate.evalgate_evaluate(policy(on_metric("perf_ratio", "ttft_p95", 1.25)), data).rules
+    first, second = np.asarray(base)[0::2], np.asarray(base)[1::2]
+    aa = stats.evalgate_percentile(first, 95) / stats.evalgate_percentile(second, 95)
+    assert not 0.8 <= aa <= 1.25  # the A/A ratio itself spans the margin
+    assert not only.passed
+    assert only.reason.startswith(
+        "too noisy to judge: the baseline against itself (A/A, alternate samples) gives ratio "
+        f"{aa:.4f}"
+    )
+
+
+def test_a_perf_regression_on_a_quiet_window_is_still_a_regression() -> None:
+    rng = np.random.default_rng(4)
+    base = list(rng.normal(10, 0.2, 200))
+    cand = list(rng.normal(20, 0.4, 200))
+    data = make(WORSE_BETTER, perf={"ttft": (cand, base)})
+    (only,) = gate.evalgate_evaluate(policy(on_metric("perf_ratio", "ttft_p95", 1.25)), data).rules
+    assert gate.evalgate_aa_noise(np.asarray(base), 95, 1.25) is None
+    assert only.reason.startswith("regression: ratio lower bound")
+
+
+def test_a_small_sample_is_left_to_too_little_evidence() -> None:
+    base = np.asarray([1.0, 50.0] * 19)  # 19 per half: below the A/A minimum
+    assert gate.EVALGATE_AA_MIN_SAMPLES == 20
+    assert gate.evalgate_aa_noise(base, 95, 1.25) is None
+    assert gate.evalgate_aa_noise(np.concatenate([base, [1.0, 50.0, 50.0, 1.0]]), 95, 1.25)
+
+
 def test_perf_ratio_without_one_side_is_not_evaluated() -> None:
     perf = {"ttft": ([0.2] * 5, [])}
     (only,) = gate.evalgate_evaluate(

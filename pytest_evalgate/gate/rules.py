@@ -509,7 +509,36 @@ def _perf(
         return dataclasses.replace(
             numbers, passed=True, reason=f"passes: ratio upper bound {hi:.4f} <= {max_ratio}"
         )
+    noise = evalgate_aa_noise(base_samples, q, max_ratio)
+    if noise is not None:
+        return dataclasses.replace(numbers, reason=noise)
     return dataclasses.replace(numbers, reason=_perf_failure(numbers, boot, policy.confidence))
+
+
+# Samples per half below which an A/A comparison is left out: its percentile is then mostly the
+# sample's own spread, which more samples settle ("too little evidence" says how many).
+EVALGATE_AA_MIN_SAMPLES = 20
+
+
+def evalgate_aa_noise(base: npt.NDArray[np.float64], q: float, max_ratio: float) -> str | None:
+    """ "Too noisy to judge" when the baseline against itself (an A/A comparison: its alternate
+    samples, which the load phase's paired arrivals spread over the same window) already differs
+    by the rule's whole margin: the machine's jitter, not the candidate, would then decide the
+    rule. None when the A/A ratio lies inside ``[1 / max_ratio, max_ratio]``, or when either
+    half has fewer than :data:`EVALGATE_AA_MIN_SAMPLES` samples (then the sample is small, and
+    "too little evidence" says how many more would settle it)."""
+    first, second = base[0::2], base[1::2]
+    if min(first.size, second.size) < EVALGATE_AA_MIN_SAMPLES or max_ratio <= 1.0:
+        return None
+    low = stats.evalgate_percentile(second, q)
+    aa = stats.evalgate_percentile(first, q) / low if low > 0 else math.inf
+    if 1.0 / max_ratio <= aa <= max_ratio:
+        return None
+    return (
+        f"too noisy to judge: the baseline against itself (A/A, alternate samples) gives ratio "
+        f"{aa:.4f}, outside [{1.0 / max_ratio:.4f}, {max_ratio}]: the measurement's jitter is "
+        "as large as the margin; rerun on a quieter machine or with a longer perf.duration_s"
+    )
 
 
 def _perf_failure(
