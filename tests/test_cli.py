@@ -275,8 +275,8 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     names = [command.name for command in evalgate_commands()]
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
-        "override", "policy", "serve", "shard-plan", "k8s", "polyaxon", "registry", "admission", "canary",
-        "canary-scan", "trend", "plan", "probe",
+        "override", "policy", "serve", "shard-plan", "k8s", "polyaxon", "registry", "admission",
+        "canary", "canary-scan", "trend", "plan", "probe",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])
