@@ -1,5 +1,6 @@
-"""A small model of how Kyverno (1.13 to 1.19, ClusterPolicy verifyImages) evaluates the
-``conditions`` of an attestation, for tests of k8s/overlays/admission/kyverno.
+"""A small model of how Kyverno (ClusterPolicy verifyImages; its engine's source read on main,
+after v1.19) evaluates the ``conditions`` of an attestation, for tests of
+k8s/overlays/admission/kyverno.
 
 What is modelled, read from Kyverno's engine (pkg/engine/internal/imageverifier.go, utils.go,
 pkg/engine/context, pkg/engine/variables and its operator package) and its JMESPath fork
