@@ -177,6 +177,10 @@ def test_the_cluster_policy_validates_against_kyvernos_crd(
         (("spec",), "validationFailureActon"),
         (("spec", "rules", 0, "verifyImages", 0), "imageReference"),
         (("spec", "rules", 1, "verifyImages", 0, "attestations", 0), "predicate"),
+        (
+            ("spec", "rules", 2, "verifyImages", 0, "attestors", 0, "entries", 0, "keys"),
+            "publicKey",
+        ),
         (("spec", "rules", 2, "imageExtractors", "Pod", 0), "jmespath"),
     ],
 )
@@ -192,16 +196,21 @@ def test_unknown_fields_in_the_policy_are_rejected(
         jsonschema.validate(changed, kyverno_schema)
 
 
-def test_the_policy_with_a_real_gate_key_validates(
+def test_the_policy_with_real_gate_and_release_keys_validates(
     policy: JSON, kyverno_schema: JSON, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(EVALGATE_KEY_PASSWORD_ENV, raising=False)
-    gate_pub = Path(make_keys(tmp_path).gate_pub).read_text()
+    keys = make_keys(tmp_path)
+    gate_pub = Path(keys.gate_pub).read_text().strip()
+    release_pub = Path(keys.other_pub).read_text().strip()  # a release key: any other pair
     rendered = copy.deepcopy(policy)
     for entry in _key_entries(rendered):
-        entry["keys"]["publicKeys"] = gate_pub.strip()
+        entry["keys"]["publicKeys"] = gate_pub
+    for entry in _release_entries(rendered):
+        entry["keys"]["publicKeys"] = release_pub
     jsonschema.validate(rendered, kyverno_schema)
-    assert {entry["keys"]["publicKeys"] for entry in _key_entries(rendered)} == {gate_pub.strip()}
+    assert {entry["keys"]["publicKeys"] for entry in _key_entries(rendered)} == {gate_pub}
+    assert {entry["keys"]["publicKeys"] for entry in _release_entries(rendered)} == {release_pub}
 
 
 def _key_entries(policy: JSON) -> list[JSON]:
@@ -211,6 +220,16 @@ def _key_entries(policy: JSON) -> list[JSON]:
         for verify in rule["verifyImages"]
         for attestation in verify["attestations"]
         for attestor in attestation["attestors"]
+        for entry in attestor["entries"]
+    ]
+
+
+def _release_entries(policy: JSON) -> list[JSON]:
+    return [
+        entry
+        for rule in policy["spec"]["rules"]
+        for verify in rule["verifyImages"]
+        for attestor in verify["attestors"]
         for entry in attestor["entries"]
     ]
 
@@ -230,10 +249,12 @@ def test_every_rule_requires_a_passing_decision_signed_by_one_p256_key(policy: J
         (attestation,) = verify["attestations"]
         assert attestation["type"] == EVALGATE_PREDICATE_TYPE
         (conditions,) = attestation["conditions"]
-        (condition,) = conditions["all"]
-        assert (condition["key"], condition["operator"], condition["value"]) == (
-            "{{ verdict }}", "Equals", "pass"
-        )  # fmt: skip
+        assert conditions["all"][0]["key"] == "{{ verdict }}"  # the rest: test_kyverno_conditions
+        (release,) = verify["attestors"]  # the weights' release signature, another key
+        (release_entry,) = release["entries"]
+        release_pem = release_entry["keys"]["publicKeys"]
+        assert release_pem != pem
+        assert isinstance(load_pem_public_key(release_pem.encode()).curve, ec.SECP256R1)  # type: ignore[union-attr]
 
 
 def test_the_policy_covers_images_volumes_and_the_annotation(policy: JSON) -> None:
