@@ -555,3 +555,40 @@ def test_review_parsing_and_responses() -> None:
         "kind": "AdmissionReview",
         "response": {"uid": "u-3", "allowed": True},
     }
+
+
+# --- which image volumes hold weights: declared, not guessed (issue 37) -----------------------
+
+
+def _annotated(volumes: dict[str, str], **annotations: str) -> JSON:
+    obj = pod(volumes=volumes)
+    obj["metadata"]["annotations"] = {f"evalgate.dev/{k}": v for k, v in annotations.items()}
+    return obj
+
+
+def test_an_image_volume_outside_a_models_path_is_denied_as_ambiguous(hook: Webhook) -> None:
+    hook.gate()
+    renamed = model_image(D, "registry.example/llm/support")  # the same weights, renamed repo
+    message = _denied(hook.ask(pod(volumes={"weights": renamed})), 'image volume "weights"')
+    assert "ambiguous: an image volume neither under a models/ path nor declared" in message
+
+
+def test_a_declared_weights_volume_is_gated_whatever_its_repository(hook: Webhook) -> None:
+    renamed = {"weights": model_image(D, "registry.example/llm/support")}
+    declared = _annotated(renamed, **{"weights-volumes": "weights"})
+    _denied(hook.ask(declared), D, "not in the registry")  # checked, and not gated yet
+    hook.gate()
+    assert hook.ask(declared)["allowed"] is True
+
+
+def test_a_volume_declared_as_other_is_not_gated(hook: Webhook) -> None:
+    tokenizer = {"tokenizer": "registry.example/assets/tok@sha256:" + "b" * 64}
+    assert hook.ask(_annotated(tokenizer, **{"other-volumes": "tokenizer"}))["allowed"] is True
+    both = _annotated(tokenizer, **{"other-volumes": "tokenizer", "weights-volumes": "tokenizer"})
+    _denied(hook.ask(both), "declared both")
+
+
+def test_a_declared_name_that_is_no_image_volume_is_denied(hook: Webhook) -> None:
+    hook.gate()
+    typo = _annotated({"weights": model_image(D)}, **{"weights-volumes": "weigths"})
+    _denied(hook.ask(typo), "'weigths' is no image volume of the Pod")

@@ -9,6 +9,13 @@ A Pod references weights through
 - the annotation ``evalgate.dev/weights-digest: sha256:<hex>`` (several digests may be given,
   separated by commas), for weights the Pod loads some other way.
 
+Image volumes are declared, not guessed from a path alone (issue 37): the annotation
+``evalgate.dev/weights-volumes: a,b`` names image volumes that hold weights (checked whatever
+their repository), ``evalgate.dev/other-volumes: c`` names image volumes that do not. An image
+volume that is in neither list and not under a ``models`` path is ambiguous and denied: naming a
+repository differently must not skip the gate. A declared name that is no image volume of the
+Pod is denied too (a typo would otherwise leave the real volume unchecked).
+
 Contract: :func:`evalgate_pod_weights` returns every reference with its digest, or with the
 ``problem`` that keeps it from being gated (a tag instead of a digest, a digest that is not
 ``sha256:`` and 64 lowercase hex digits, an empty annotation). It never raises on a strange Pod:
@@ -23,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 EVALGATE_WEIGHTS_ANNOTATION = "evalgate.dev/weights-digest"
+EVALGATE_WEIGHTS_VOLUMES_ANNOTATION = "evalgate.dev/weights-volumes"
+EVALGATE_OTHER_VOLUMES_ANNOTATION = "evalgate.dev/other-volumes"
 EVALGATE_MODELS_SEGMENT = "models"
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -85,7 +94,18 @@ def evalgate_pod_weights(pod: Mapping[str, object]) -> list[EvalgateWeightsRef]:
     """Every weights reference of ``pod``: image volumes, container images and the
     annotation, in that order (duplicates kept: each names its own source)."""
     spec = _mapping(pod.get("spec"))
-    return [*_volume_refs(spec), *_container_refs(spec), *_annotation_refs(pod)]
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    declared = _names(annotations.get(EVALGATE_WEIGHTS_VOLUMES_ANNOTATION))
+    other = _names(annotations.get(EVALGATE_OTHER_VOLUMES_ANNOTATION))
+    return [
+        *_volume_refs(spec, declared, other),
+        *_container_refs(spec),
+        *_annotation_refs(pod),
+    ]
+
+
+def _names(value: object) -> frozenset[str]:
+    return frozenset(part.strip() for part in str(value or "").split(",") if part.strip())
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -97,11 +117,34 @@ def _items(value: object) -> Iterator[Mapping[str, Any]]:
         yield from (item for item in value if isinstance(item, Mapping))
 
 
-def _volume_refs(spec: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
+def _volume_refs(
+    spec: Mapping[str, object], declared: frozenset[str], other: frozenset[str]
+) -> Iterator[EvalgateWeightsRef]:
+    seen: set[str] = set()
     for volume in _items(spec.get("volumes")):
         reference = _mapping(volume.get("image")).get("reference")
-        if isinstance(reference, str) and evalgate_image_is_weights(reference):
-            yield evalgate_image_ref(f'image volume "{volume.get("name")}"', reference)
+        if not isinstance(reference, str):
+            continue
+        name = str(volume.get("name"))
+        seen.add(name)
+        source = f'image volume "{name}"'
+        if name in declared and name in other:
+            problem = f"declared both in {EVALGATE_WEIGHTS_VOLUMES_ANNOTATION} and other-volumes"
+            yield EvalgateWeightsRef(source, reference, None, problem)
+        elif name in declared or evalgate_image_is_weights(reference):
+            yield evalgate_image_ref(source, reference)
+        elif name not in other:
+            problem = (
+                "ambiguous: an image volume neither under a models/ path nor declared; name it "
+                f"in the annotation {EVALGATE_WEIGHTS_VOLUMES_ANNOTATION} (weights) or "
+                f"{EVALGATE_OTHER_VOLUMES_ANNOTATION} (not weights)"
+            )
+            yield EvalgateWeightsRef(source, reference, None, problem)
+    for name in sorted((declared | other) - seen):
+        source = f"annotation {EVALGATE_WEIGHTS_VOLUMES_ANNOTATION}"
+        if name in other:
+            source = f"annotation {EVALGATE_OTHER_VOLUMES_ANNOTATION}"
+        yield EvalgateWeightsRef(source, name, None, f"{name!r} is no image volume of the Pod")
 
 
 def _container_refs(spec: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
