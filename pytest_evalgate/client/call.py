@@ -105,6 +105,7 @@ _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
 _HINT_LOG_S = 5.0
 _MESSAGE_MAX = 300
+_REPORTED_MAX = 256  # characters of a reported model or system_fingerprint kept in the record
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 _KEEPALIVE_S = 30.0
 _ERROR_BODY = 65536  # bytes of an error response's body read for its message
@@ -335,8 +336,14 @@ def _used(done: EvalgateAttempt) -> int | None:
     return done.prompt_tokens + done.completion_tokens
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 3] + "..."
+def _short(text: str, most: int = _MESSAGE_MAX) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _reported(value: str | None) -> str | None:
+    """A reported name as the record keeps it: redacted (an endpoint may echo the key), and
+    cut at ``_REPORTED_MAX`` characters (a hostile one may send a megabyte of it)."""
+    return None if value is None else evalgate_redact(value)[:_REPORTED_MAX]
 
 
 def _fail(
@@ -383,6 +390,8 @@ def _result(
         error=done.error,
         sent_at=sent_at,
         usage_flag=done.usage_flag,
+        model=_reported(done.model),
+        system_fingerprint=_reported(done.system_fingerprint),
     )
 
 

@@ -57,6 +57,8 @@ class EvalgateCallResult:
     ``error`` is None for an answer. With ``error`` set the identity has no result; ``output``
     and the timings may still describe the last attempt (a content-filtered answer, say).
     ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
+    ``model`` and ``system_fingerprint`` are what the last attempt's response reported (None
+    when it did not, or sent no string).
     """
 
     output: str | None
@@ -72,3 +74,5 @@ class EvalgateCallResult:
     error: EvalgateCallError | None
     sent_at: float
     usage_flag: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
