@@ -31,6 +31,15 @@ Retry policy (at most ``endpoint.max_attempts`` attempts):
   far longer than its ``max_tokens`` allows (``oversize``: reading stops at the cap of
   ``client.checks``, the output kept is cut there).
 
+The model check (SPEC 20, ``EvalgateEndpoint.model_check``): an answer whose reported ``model``
+is a string other than the endpoint's ``model`` is not the candidate's answer. It is the error
+``model_mismatch`` (status 200, fatal, not retried: the same endpoint answers as the same model
+again), never scored, and it stops the candidate like a 401. The comparison is exact (no case
+folding, no prefix or date-suffix matching: ``gpt-4o`` answered as ``gpt-4o-2024-08-06`` is a
+mismatch, which a gateway's candidate opts out of with ``model_rewrite: true``); an answer
+without a ``model`` is not a mismatch. A content-filtered answer from another model is the
+mismatch.
+
 Implausible ``usage`` (``client.checks.evalgate_usage_flag``) is flagged, not trusted: the
 result's token counts are None and ``usage_flag`` says why. Every message and every answer text
 leaves the client through ``client.redact.evalgate_redact``: the values of the configured key
@@ -280,6 +289,7 @@ class EvalgateClient:
                 rsp.evalgate_release()  # its connection back to the pool, or closed
             _check_usage(done, request.caps)
             self._limiter.release(request.est_tokens, _used(done))
+        _check_model(done, endpoint)
         _settle(done)
         self._feedback(done)
         return done
@@ -291,6 +301,19 @@ def _settle(done: EvalgateAttempt) -> None:
         done.end = time.perf_counter()
     if done.finish_reason == "content_filter" and done.error is None:
         _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
+
+
+def _check_model(done: EvalgateAttempt, endpoint: EvalgateEndpoint) -> None:
+    """An answer reported as another model than the candidate's is ``model_mismatch``."""
+    name, reported = endpoint.model_check, done.model
+    if name is None or reported is None or reported == endpoint.model or done.error is not None:
+        return
+    message = (
+        f"candidate {name!r}: the endpoint answered as model {_short(reported, 80)!r}, the"
+        f" manifest says {endpoint.model!r}; the candidate is stopped (set"
+        f" candidates.{name}.model_rewrite: true if a gateway rewrites model names)"
+    )
+    _fail(done, "model_mismatch", 200, message, fatal=True)
 
 
 def _check_usage(done: EvalgateAttempt, caps: EvalgateCaps) -> None:

@@ -18,6 +18,7 @@ EVALGATE_ERROR_CATEGORIES = (
     "truncated",
     "oversize",
     "redirect",
+    "model_mismatch",
 )
 
 
@@ -29,6 +30,11 @@ class EvalgateEndpoint:
     ``{base_url}/completions``). ``timeout_s`` bounds each attempt as a whole, from the send to
     the last byte. ``stream=True`` sends ``stream_options.include_usage`` and yields TTFT, TPOT
     and ITL.
+
+    ``model_check`` names the candidate whose answers must report ``model`` (SPEC 20): an
+    answer whose ``model`` is another string is the error ``model_mismatch`` (fatal), and the
+    message names that candidate. None: the reported model is kept, never compared (a judge,
+    a capacity probe, a candidate with ``model_rewrite: true`` behind a renaming gateway).
     """
 
     base_url: str
@@ -38,6 +44,7 @@ class EvalgateEndpoint:
     timeout_s: float
     max_attempts: int
     stream: bool = True
+    model_check: str | None = None
 
 
 @dataclass(frozen=True)
