@@ -36,7 +36,7 @@ from pytest_evalgate.runner.wire import (
 )
 from pytest_evalgate.simulated import EvalgateSimConfig
 from pytest_evalgate.simulated.server import EvalgateSimServer
-from pytest_evalgate.store import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
+from pytest_evalgate.store import EVALGATE_OUTCOME_FIELDS, EVALGATE_SERVED_FIELDS, EvalgateOutcome
 
 ENDPOINT = EvalgateEndpoint("http://127.0.0.1:9/v1", "m", "chat", "sk-test", 10.0, 2, False)
 OTHER = EvalgateEndpoint("http://127.0.0.1:1/v1", "m2", "completions", None, 1.5, 4)
@@ -216,7 +216,8 @@ def _call_result(**changes: Any) -> EvalgateCallResult:
     fields: dict[str, Any] = {
         "output": "4", "finish_reason": "stop", "prompt_tokens": 11, "completion_tokens": 1,
         "ttft_s": 0.0125, "tpot_s": 0.003, "itl_s": (), "e2e_s": 0.05, "queued_s": 0.001,
-        "attempts": 1, "error": None, "sent_at": 0.0,
+        "attempts": 1, "error": None, "sent_at": 0.0, "model": "m-served",
+        "system_fingerprint": "fp_1",
     }  # fmt: skip
     fields.update(changes)
     return EvalgateCallResult(**fields)
@@ -224,7 +225,8 @@ def _call_result(**changes: Any) -> EvalgateCallResult:
 
 def test_the_outcome_holds_the_record_fields_of_a_call() -> None:
     made = evalgate_outcome(_call_result(), "t0", "t1")
-    assert set(made) == EVALGATE_OUTCOME_FIELDS
+    assert set(made) == EVALGATE_OUTCOME_FIELDS | EVALGATE_SERVED_FIELDS
+    assert (made.get("model"), made.get("system_fingerprint")) == ("m-served", "fp_1")
     assert made["timing"] == {
         "queued_s": 0.001, "ttft_s": 0.0125, "tpot_s": 0.003, "e2e_s": 0.05, "itl_p95_s": None,
     }  # fmt: skip
@@ -238,6 +240,14 @@ def test_the_outcome_keeps_the_nearest_rank_p95_of_the_inter_token_latencies() -
     itl = tuple(float(i) for i in range(1, 21))  # 20 values: rank ceil(0.95 * 20) = 19
     assert evalgate_outcome(_call_result(itl_s=itl[::-1]), "a", "b")["timing"]["itl_p95_s"] == 19.0
     assert evalgate_outcome(_call_result(itl_s=(0.5,)), "a", "b")["timing"]["itl_p95_s"] == 0.5
+
+
+def test_the_outcome_keeps_null_served_fields_when_the_endpoint_reported_none() -> None:
+    made = evalgate_outcome(_call_result(model=None, system_fingerprint=None), "a", "b")
+    assert {key: made.get(key, "absent") for key in EVALGATE_SERVED_FIELDS} == {
+        "model": None,
+        "system_fingerprint": None,
+    }
 
 
 def test_the_outcome_error_leaves_fatal_out() -> None:

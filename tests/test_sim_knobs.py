@@ -29,6 +29,7 @@ KNOBS = (
     "code", "code_loop", "code_memory", "code_fork", "code_escape", "code_echo",
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
     "fault",  # issue 19: misbehaving answers
+    "served_model",  # issue 30: answers under another model name
 )  # fmt: skip
 
 

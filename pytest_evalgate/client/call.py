@@ -31,6 +31,15 @@ Retry policy (at most ``endpoint.max_attempts`` attempts):
   far longer than its ``max_tokens`` allows (``oversize``: reading stops at the cap of
   ``client.checks``, the output kept is cut there).
 
+The model check (SPEC 20, ``EvalgateEndpoint.model_check``): an answer whose reported ``model``
+is a string other than the endpoint's ``model`` is not the candidate's answer. It is the error
+``model_mismatch`` (status 200, fatal, not retried: the same endpoint answers as the same model
+again), never scored, and it stops the candidate like a 401. The comparison is exact (no case
+folding, no prefix or date-suffix matching: ``gpt-4o`` answered as ``gpt-4o-2024-08-06`` is a
+mismatch, which a gateway's candidate opts out of with ``model_rewrite: true``); an answer
+without a ``model`` is not a mismatch. A content-filtered answer from another model is the
+mismatch.
+
 Implausible ``usage`` (``client.checks.evalgate_usage_flag``) is flagged, not trusted: the
 result's token counts are None and ``usage_flag`` says why. Every message and every answer text
 leaves the client through ``client.redact.evalgate_redact``: the values of the configured key
@@ -105,6 +114,7 @@ _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
 _HINT_LOG_S = 5.0
 _MESSAGE_MAX = 300
+_REPORTED_MAX = 256  # characters of a reported model or system_fingerprint kept in the record
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 _KEEPALIVE_S = 30.0
 _ERROR_BODY = 65536  # bytes of an error response's body read for its message
@@ -279,6 +289,7 @@ class EvalgateClient:
                 rsp.evalgate_release()  # its connection back to the pool, or closed
             _check_usage(done, request.caps)
             self._limiter.release(request.est_tokens, _used(done))
+        _check_model(done, endpoint)
         _settle(done)
         self._feedback(done)
         return done
@@ -290,6 +301,19 @@ def _settle(done: EvalgateAttempt) -> None:
         done.end = time.perf_counter()
     if done.finish_reason == "content_filter" and done.error is None:
         _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
+
+
+def _check_model(done: EvalgateAttempt, endpoint: EvalgateEndpoint) -> None:
+    """An answer reported as another model than the candidate's is ``model_mismatch``."""
+    name, reported = endpoint.model_check, done.model
+    if name is None or reported is None or reported == endpoint.model or done.error is not None:
+        return
+    message = (
+        f"candidate {name!r}: the endpoint answered as model {_short(reported, 80)!r}, the"
+        f" manifest says {endpoint.model!r}; the candidate is stopped (set"
+        f" candidates.{name}.model_rewrite: true if a gateway rewrites model names)"
+    )
+    _fail(done, "model_mismatch", 200, message, fatal=True)
 
 
 def _check_usage(done: EvalgateAttempt, caps: EvalgateCaps) -> None:
@@ -335,8 +359,14 @@ def _used(done: EvalgateAttempt) -> int | None:
     return done.prompt_tokens + done.completion_tokens
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= _MESSAGE_MAX else text[: _MESSAGE_MAX - 3] + "..."
+def _short(text: str, most: int = _MESSAGE_MAX) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _reported(value: str | None) -> str | None:
+    """A reported name as the record keeps it: redacted (an endpoint may echo the key), and
+    cut at ``_REPORTED_MAX`` characters (a hostile one may send a megabyte of it)."""
+    return None if value is None else evalgate_redact(value)[:_REPORTED_MAX]
 
 
 def _fail(
@@ -383,6 +413,8 @@ def _result(
         error=done.error,
         sent_at=sent_at,
         usage_flag=done.usage_flag,
+        model=_reported(done.model),
+        system_fingerprint=_reported(done.system_fingerprint),
     )
 
 

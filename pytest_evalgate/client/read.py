@@ -14,6 +14,10 @@ Contracts
   - ``oversize`` (not retried): more answer text than ``EvalgateCaps.text_chars`` or more bytes
     than ``EvalgateCaps.body_bytes``; reading stops there and the output kept is cut to the cap.
 
+- The readers also keep the ``model`` and ``system_fingerprint`` the response reports (the
+  first non-empty string of each in a stream; None when absent): the client compares the model
+  with the candidate's (``model_mismatch``, ``client.call``).
+
 - A body shorter than its ``Content-Length`` (or a chunked body cut off) is
   ``EvalgateHttpTruncated`` (``client.http1``), which the client classifies as ``truncated``.
 """
@@ -49,6 +53,8 @@ class EvalgateAttempt:
     retry: bool = False
     hint_s: float = 0.0
     usage_flag: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None
 
 
 def _malformed(message: str) -> EvalgateAnswerError:
@@ -80,6 +86,7 @@ async def evalgate_read_whole(
     text = message.get("content") if isinstance(message, dict) else choice.get("text")
     done.finish_reason = choice.get("finish_reason")
     _take_usage(obj.get("usage"), done)
+    _take_served(obj, done)
     if isinstance(text, str) and len(text) > caps.text_chars:
         done.output = text[: caps.text_chars]
         raise _oversize(caps, f"{caps.text_chars} characters")
@@ -155,6 +162,8 @@ class EvalgateSse:
         if "error" in obj:
             raise evalgate_error_in_200(obj)
         _take_usage(obj.get("usage"), self.done)
+        if self.done.model is None or self.done.system_fingerprint is None:
+            _take_served(obj, self.done)
         choice = _first_choice(obj)
         if choice is None:
             return 0
@@ -226,6 +235,19 @@ def _first_choice(obj: Mapping[str, object]) -> dict[str, Any] | None:
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
     return None
+
+
+def _take_served(obj: Mapping[str, object], done: EvalgateAttempt) -> None:
+    """Keep the ``model`` and ``system_fingerprint`` a response (or stream chunk) reports, the
+    first non-empty string of each: a stream repeats them in every chunk."""
+    if done.model is None:
+        done.model = _text_or_none(obj.get("model"))
+    if done.system_fingerprint is None:
+        done.system_fingerprint = _text_or_none(obj.get("system_fingerprint"))
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _take_usage(usage: object, done: EvalgateAttempt) -> None:

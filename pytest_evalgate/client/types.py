@@ -18,6 +18,7 @@ EVALGATE_ERROR_CATEGORIES = (
     "truncated",
     "oversize",
     "redirect",
+    "model_mismatch",
 )
 
 
@@ -29,6 +30,11 @@ class EvalgateEndpoint:
     ``{base_url}/completions``). ``timeout_s`` bounds each attempt as a whole, from the send to
     the last byte. ``stream=True`` sends ``stream_options.include_usage`` and yields TTFT, TPOT
     and ITL.
+
+    ``model_check`` names the candidate whose answers must report ``model`` (SPEC 20): an
+    answer whose ``model`` is another string is the error ``model_mismatch`` (fatal), and the
+    message names that candidate. None: the reported model is kept, never compared (a judge,
+    a capacity probe, a candidate with ``model_rewrite: true`` behind a renaming gateway).
     """
 
     base_url: str
@@ -38,6 +44,7 @@ class EvalgateEndpoint:
     timeout_s: float
     max_attempts: int
     stream: bool = True
+    model_check: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class EvalgateCallResult:
     ``error`` is None for an answer. With ``error`` set the identity has no result; ``output``
     and the timings may still describe the last attempt (a content-filtered answer, say).
     ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
+    ``model`` and ``system_fingerprint`` are what the last attempt's response reported (None
+    when it did not, or sent no string).
     """
 
     output: str | None
@@ -72,3 +81,5 @@ class EvalgateCallResult:
     error: EvalgateCallError | None
     sent_at: float
     usage_flag: str | None = None
+    model: str | None = None
+    system_fingerprint: str | None = None

@@ -79,6 +79,7 @@ class EvalgateEndpointPool:
             timeout_s=manifest.budget.timeout_s,
             max_attempts=manifest.budget.max_attempts,
             stream=manifest.stream,
+            model_check=None if candidate.model_rewrite else candidate.name,
         )
 
     def evalgate_close(self) -> None:

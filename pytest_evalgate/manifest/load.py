@@ -99,7 +99,8 @@ def evalgate_check_name(source: str, key: str, name: str) -> None:
 
 @dataclass(frozen=True)
 class EvalgateCandidate:
-    """A model under test: its endpoint(s), key env var name, pins and candidate key."""
+    """A model under test: its endpoint(s), key env var name, pins and candidate key;
+    ``model_rewrite``: its answers' reported model is not compared with ``model``."""
 
     name: str
     model: str
@@ -107,6 +108,7 @@ class EvalgateCandidate:
     api_key_env: str | None
     pins: Mapping[str, Any]
     key: str
+    model_rewrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -327,6 +329,7 @@ def _candidate(name: str, spec: EvalgateCandidateSchema) -> EvalgateCandidate:
         api_key_env=spec.api_key_env,
         pins=dict(spec.pins),
         key=evalgate_candidate_key(name, spec.model, spec.pins),
+        model_rewrite=spec.model_rewrite,
     )
 
 

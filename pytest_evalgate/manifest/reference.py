@@ -57,6 +57,10 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "candidates.<name>.base_url": "an OpenAI-compatible base URL (or a list: replicas)",
     "candidates.<name>.api_key_env": "the environment variable holding the API key",
     "candidates.<name>.pins": "what the weights are: weights_digest, family, training_run, ...",
+    "candidates.<name>.model_rewrite": (
+        "true: a gateway answers under another model name; recorded, not compared (otherwise"
+        " an answer reported as another model stops the candidate: `model_mismatch`)"
+    ),
     "budget": "the run-wide load budget of the candidates' requests",
     "budget.max_concurrency": "requests in flight across every process of the run",
     "budget.requests_per_second": "a run-wide request rate bound",

@@ -69,12 +69,18 @@ class EvalgateGenerationSchema(_Strict):
 
 
 class EvalgateCandidateSchema(_Strict):
-    """One ``candidates.<name>`` block: the model id, its endpoint(s), key env var and pins."""
+    """One ``candidates.<name>`` block: the model id, its endpoint(s), key env var and pins.
+
+    ``model_rewrite: true`` says the endpoint (a gateway) answers under another model name than
+    ``model``: the reported name is recorded, never compared (SPEC 20). Not part of the
+    candidate key: it changes no request and no answer.
+    """
 
     model: str
     base_url: str | list[str]
     api_key_env: str | None = None
     pins: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    model_rewrite: bool = False
 
     @field_validator("base_url")
     @classmethod

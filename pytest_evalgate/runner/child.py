@@ -299,6 +299,8 @@ def evalgate_outcome(result: EvalgateCallResult, started: str, finished: str) ->
         "usage": usage,
         "started_at": started,
         "finished_at": finished,
+        "model": result.model,
+        "system_fingerprint": result.system_fingerprint,
     }
 
 

@@ -208,18 +208,19 @@ class EvalgateSimApp:
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
         wait = self.slots.evalgate_wait(time.monotonic(), plan.total_s)
+        served = self.config.served_model or model  # the name the answer reports
         if self.config.fault is not None:
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
             stream = bool(body.get("stream"))
-            context = EvalgateSimAnswerContext(kind, rid, model, plan, body, stream, usage)
+            context = EvalgateSimAnswerContext(kind, rid, served, plan, body, stream, usage)
             evalgate_sim_misbehave(self.config.fault, request, proto, context)
             return
         if body.get("stream"):
             usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            run = EvalgateSimStream(kind, rid, model, plan, usage).run
+            run = EvalgateSimStream(kind, rid, served, plan, usage).run
             proto.stream(200, run if wait <= 0 else evalgate_sim_after(wait, run))
         else:
-            body_bytes = evalgate_sim_full_body(kind, rid, model, plan)
+            body_bytes = evalgate_sim_full_body(kind, rid, served, plan)
             proto.reply(200, body_bytes, delay=wait + plan.total_s)
 
     def _plan(self, body: Mapping[str, Any], kind: str, model: str) -> EvalgateSimPlan:

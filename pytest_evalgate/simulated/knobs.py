@@ -98,6 +98,9 @@ class EvalgateSimConfig:
     unparseable_rate: float = 0.0
     # issue 19: an answer that goes wrong on purpose (simulated/misbehave.py), on every answer
     fault: str | None = None  # one of EVALGATE_SIM_ANSWER_FAULTS
+    # issue 30: the model name answers report (a renaming gateway, or other weights behind the
+    # endpoint); None: the requested model, as servers do. Draws stay on the requested one.
+    served_model: str | None = None
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``), plus

@@ -4,7 +4,9 @@ Contracts
 ---------
 - ``kind`` is ``"chat"`` (``/v1/chat/completions``) or ``"text"`` (``/v1/completions``).
 - Error bodies are ``{"error": {"message", "type", "param", "code"}}``; the message ends with
-  ``(evalgate simulator)``. Whole bodies carry ``system_fingerprint: "evalgate-simulator"``.
+  ``(evalgate simulator)``. Whole bodies and every stream event carry ``model`` (the
+  requested one, or the ``served_model`` knob's) and ``system_fingerprint:
+  "evalgate-simulator"``, as OpenAI's do.
 - A stream is ``data: {...}`` events: one per token (the first chat delta carries the role),
   a finish event with ``finish_reason``, a usage event (``choices: []``) when asked for with
   ``stream_options.include_usage``, then ``data: [DONE]``. The first token is written after
@@ -59,6 +61,7 @@ class EvalgateSimStream:
         self.kind, self.plan, self.usage = kind, plan, usage
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         self.base = {"id": rid, "object": obj, "created": int(time.time()), "model": model}
+        self.base["system_fingerprint"] = EVALGATE_SIM_OWNER
 
     def event(self, choices: list[Mapping[str, object]], **extra: object) -> bytes:
         """One ``data: {...}`` event."""

@@ -14,7 +14,8 @@ One job per module:
 - ``location``: a ``--evalgate-store`` value -> its backend (``evalgate_open_store``);
 - ``writer``: the segment writer (one per process, atomic segments, nothing replaced);
 - ``reader``: verified reading, problems, the incremental follower;
-- ``generations``: the folder layout and store generations (``--evalgate-fresh``).
+- ``generations``: the folder layout and store generations (``--evalgate-fresh``);
+- ``served``: which models and system fingerprints a candidate's records report (SPEC 20).
 
 Import public names from here; the modules are the store's own structure.
 """
@@ -47,6 +48,7 @@ from pytest_evalgate.store.records import (
     EVALGATE_OPTIONAL_FIELDS,
     EVALGATE_OUTCOME_FIELDS,
     EVALGATE_RECORD_FIELDS,
+    EVALGATE_SERVED_FIELDS,
     EvalgateGrade,
     EvalgateIdentity,
     EvalgateIdentityFields,
@@ -64,6 +66,7 @@ from pytest_evalgate.store.records import (
     evalgate_seal,
 )
 from pytest_evalgate.store.s3 import EvalgateS3Store, evalgate_is_s3
+from pytest_evalgate.store.served import EvalgateServedBy, evalgate_served_by
 from pytest_evalgate.store.writer import (
     EvalgateSegment,
     EvalgateSegmentWriter,
@@ -76,6 +79,7 @@ __all__ = [
     "EVALGATE_OPTIONAL_FIELDS",
     "EVALGATE_OUTCOME_FIELDS",
     "EVALGATE_RECORD_FIELDS",
+    "EVALGATE_SERVED_FIELDS",
     "EvalgateExpectation",
     "EvalgateGrade",
     "EvalgateIdentity",
@@ -88,6 +92,7 @@ __all__ = [
     "EvalgateSandboxFacts",
     "EvalgateSegment",
     "EvalgateSegmentWriter",
+    "EvalgateServedBy",
     "EvalgateStandIn",
     "EvalgateStoreBackend",
     "EvalgateStoreFollower",
@@ -108,6 +113,7 @@ __all__ = [
     "evalgate_record",
     "evalgate_record_line",
     "evalgate_seal",
+    "evalgate_served_by",
     "evalgate_use_generation",
     "evalgate_writer_id",
 ]

@@ -35,7 +35,11 @@ from collections.abc import Mapping
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.store.backend import EvalgateStoreBackend
-from pytest_evalgate.store.records import EVALGATE_OUTCOME_FIELDS, EvalgateOutcome
+from pytest_evalgate.store.records import (
+    EVALGATE_OUTCOME_FIELDS,
+    EVALGATE_SERVED_FIELDS,
+    EvalgateOutcome,
+)
 
 EVALGATE_JOURNAL_DIR = "journal"
 EVALGATE_JOURNAL_SUFFIX = ".journal"
@@ -121,8 +125,10 @@ def _parse(line: bytes) -> tuple[str, EvalgateOutcome] | None:
     if entry.keys() != {"identity", "outcome"} or digest != _digest(entry):
         return None  # torn, zeroed, edited, or written before lines carried a digest
     outcome = entry.get("outcome")
-    if not isinstance(outcome, dict) or outcome.keys() != EVALGATE_OUTCOME_FIELDS:
-        return None
+    if not isinstance(outcome, dict) or outcome.keys() - EVALGATE_SERVED_FIELDS != (
+        EVALGATE_OUTCOME_FIELDS
+    ):
+        return None  # (an older child's lines lack the served fields: still replayed)
     if outcome["error"] is not None or not isinstance(outcome["output"], str):
         return None  # only answers are journaled; anything else is requested again
     return entry["identity"], outcome  # type: ignore[return-value]

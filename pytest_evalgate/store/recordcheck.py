@@ -49,7 +49,8 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
     """What is wrong with ``record``'s values (its field names already match the schema), or
     None. Checked: identity (three strings and a repetition >= 0), the string fields, ``output``
-    and ``finish_reason`` (string or null), ``score`` (finite, 0..1, or null), ``passed`` (bool
+    and ``finish_reason`` (string or null), ``model`` and ``system_fingerprint`` (string or
+    null, or absent), ``score`` (finite, 0..1, or null), ``passed`` (bool
     or null), ``attempts`` and ``shard`` (integers >= 0), ``error`` (null or category, status,
     message; an error record has no score), ``timing`` (finite seconds >= 0 or null),
     ``usage`` (token counts >= 0 or null) and a code suite's ``sandbox`` facts."""
@@ -84,6 +85,10 @@ def _scalars(record: Mapping[str, object]) -> str | None:
     for key in ("output", "finish_reason"):
         if record[key] is not None and not isinstance(record[key], str):
             return f"{key} must be a string or null, not {type(record[key]).__name__}"
+    for key in ("model", "system_fingerprint"):  # absent from records before issue 30
+        value = record.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"{key} must be a string or null, not {type(value).__name__}"
     for key in ("attempts", "shard"):
         if not _is_count(record[key]):
             return f"{key} must be an integer >= 0, not {record[key]!r}"

@@ -29,9 +29,15 @@ EVALGATE_OUTCOME_FIELDS = frozenset(
     {"output", "finish_reason", "attempts", "error", "timing", "usage", "started_at", "finished_at"}
 )
 
-EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox"})
+EVALGATE_SERVED_FIELDS = frozenset({"model", "system_fingerprint"})
+"""Which weights answered (SPEC 20): the ``model`` and ``system_fingerprint`` the endpoint's
+response reported, string or null. Every record written since issue 30 holds both (null when
+the endpoint sent none); records written before lack them and stay valid."""
+
+EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox"}) | EVALGATE_SERVED_FIELDS
 """Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
-(``EvalgateSandboxFacts``). Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
+(``EvalgateSandboxFacts``), and ``EVALGATE_SERVED_FIELDS``, which older records lack. Every
+other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
 
 
 def evalgate_has_fields(members: Iterable[str], required: frozenset[str]) -> bool:
@@ -140,6 +146,8 @@ class EvalgateRecord(TypedDict):
     """One committed result for one identity (SPEC section 5; docs/architecture.md).
 
     With ``error`` set the identity has no result: ``score`` and ``passed`` are None.
+    ``model`` and ``system_fingerprint`` (``EVALGATE_SERVED_FIELDS``) are absent from records
+    written before issue 30: read them with ``.get``.
     """
 
     identity: EvalgateIdentityFields
@@ -161,6 +169,8 @@ class EvalgateRecord(TypedDict):
     finished_at: str
     checksum: str
     sandbox: NotRequired[EvalgateSandboxFacts]
+    model: NotRequired[str | None]
+    system_fingerprint: NotRequired[str | None]
 
 
 class EvalgateOutcome(TypedDict):
@@ -176,6 +186,8 @@ class EvalgateOutcome(TypedDict):
     started_at: str
     finished_at: str
     sandbox: NotRequired[EvalgateSandboxFacts]
+    model: NotRequired[str | None]
+    system_fingerprint: NotRequired[str | None]
 
 
 class EvalgateStandIn(TypedDict):
@@ -217,6 +229,9 @@ def evalgate_record_line(
     ``grade`` is called (with ``output``, ``""`` for None) only when the outcome has no error;
     an error record has ``score`` and ``passed`` None. The nested members are copied field by
     field, so the record holds exactly the schema's fields whatever else ``outcome`` carries.
+    ``model`` and ``system_fingerprint`` are copied when ``outcome`` has them (the child's
+    always do, null when the endpoint reported none); an outcome without them (journaled by an
+    older child) gives a record of the older shape, byte for byte.
     """
     score: float | None = None
     passed: bool | None = None
@@ -244,6 +259,7 @@ def evalgate_record_line(
             "writer": place["writer"],
             "started_at": outcome["started_at"],
             "finished_at": outcome["finished_at"],
+            **_served_fields(outcome),
             **optional,
         }
     )
@@ -273,6 +289,10 @@ def _usage_fields(usage: EvalgateUsage) -> EvalgateUsage:
     if "flagged" in usage:
         fields["flagged"] = usage["flagged"]
     return fields
+
+
+def _served_fields(outcome: EvalgateOutcome) -> dict[str, str | None]:
+    return {key: outcome[key] for key in ("model", "system_fingerprint") if key in outcome}
 
 
 def _sandbox_fields(facts: EvalgateSandboxFacts) -> EvalgateSandboxFacts:
