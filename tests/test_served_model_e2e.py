@@ -104,10 +104,12 @@ def test_the_opt_out_passes_and_the_records_keep_the_reported_model(
     pytester: pytest.Pytester, stream: bool, workers: list[str]
 ) -> None:
     _suite(pytester, rewrite=True, stream=stream)
-    result = _run(pytester, *workers)
+    result = _run(pytester, *workers, "--evalgate-report=rep")
     text = result.stdout.str()
     assert result.ret == 0, text
     assert "verdict PASS" in text and "model_mismatch" not in text
+    weights = json.loads((pytester.path / "rep/decision.json").read_text())["weights"]
+    assert weights["model_check"] == "off: model_rewrite (a gateway renames)"  # said, not hidden
     assert result.parseoutcomes().get("passed") == 2 * CASES + 1  # and the gate rule
     records = _records(pytester, "candidate")
     assert len(records) == CASES and all(r["error"] is None for r in records)

@@ -185,6 +185,7 @@ def test_an_approved_policy_gives_a_signed_decision_that_is_admitted(
     assert decision["attestable"] is True and decision["verdict"] == "pass"
     assert decision["policy_approval"]["identity"] == "alice@example.com"
     assert decision["weights"]["binding"] == "verified"
+    assert decision["weights"]["model_check"] == "exact"
     verified = _cli(work, "verify", "rep/decision.dsse.json", "--trust", "trust.yaml")
     assert verified.returncode == 0, verified.stdout
     assert "signer: system:serviceaccount:eval-llm:eval-gate (role gate" in verified.stdout

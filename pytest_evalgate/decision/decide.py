@@ -150,7 +150,12 @@ def evalgate_decide(
         decision["sandbox"] = evalgate_code_record(aggregate.sandbox)
         decision["attestable"] = decision["attestable"] and aggregate.sandbox["sandboxed"]
     approval_note = _approval(decision, trust, policy)
-    decision["weights"] = evalgate_weights_record(_weights_digest(decision), trust)
+    weights = evalgate_weights_record(_weights_digest(decision), trust)
+    candidate = manifest.candidates.get(policy.candidate)
+    rewrite = candidate is not None and candidate.model_rewrite
+    # which model answered: compared with the manifest's on every answer, unless opted out
+    weights["model_check"] = "off: model_rewrite (a gateway renames)" if rewrite else "exact"
+    decision["weights"] = weights
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
