@@ -29,9 +29,11 @@ EVALGATE_OUTCOME_FIELDS = frozenset(
     {"output", "finish_reason", "attempts", "error", "timing", "usage", "started_at", "finished_at"}
 )
 
-EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox"})
+EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox", "source"})
 """Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
-(``EvalgateSandboxFacts``). Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
+(``EvalgateSandboxFacts``), ``source`` for records imported from another harness
+(``EvalgateSource``, ``evalgate import``). Every other record holds exactly
+``EVALGATE_RECORD_FIELDS``."""
 
 
 def evalgate_has_fields(members: Iterable[str], required: frozenset[str]) -> bool:
@@ -136,6 +138,27 @@ class EvalgateSandboxFacts(TypedDict):
     sandboxed: bool
 
 
+class EvalgateSource(TypedDict):
+    """An imported record's ``source`` member: which harness file it came from (docs/imports.md).
+
+    ``file`` is the file's base name, ``sha256`` its bytes' digest, ``at`` the line (lm-eval) or
+    archive member (Inspect) of the sample; ``config_digest`` the sha256 of the task's
+    configuration as the harness recorded it (volatile parts left out).
+    """
+
+    harness: str
+    version: str
+    file: str
+    sha256: str
+    at: str
+    task: str
+    task_version: str
+    config_digest: str
+
+
+EVALGATE_SOURCE_FIELDS = frozenset(EvalgateSource.__annotations__)
+
+
 class EvalgateRecord(TypedDict):
     """One committed result for one identity (SPEC section 5; docs/architecture.md).
 
@@ -161,6 +184,7 @@ class EvalgateRecord(TypedDict):
     finished_at: str
     checksum: str
     sandbox: NotRequired[EvalgateSandboxFacts]
+    source: NotRequired[EvalgateSource]
 
 
 class EvalgateOutcome(TypedDict):
