@@ -421,3 +421,36 @@ def test_the_ledger_fixes_one_task_per_candidate() -> None:
     assert reason is not None and "b.jsonl" in reason and "than a.jsonl" in reason
     assert ledger.check("candidate", {}) is None  # a generated record
     assert ledger.summary()["candidate"][0]["records"] == 1
+
+
+# --------------------------------------------------------------------------- generated + imported
+
+
+def test_imported_and_generated_records_of_one_identity_never_mix_silently(
+    pytester: pytest.Pytester, capsys: Capsys
+) -> None:
+    suite = _suite(pytester.path)
+    manifest = suite / "evalgate.yaml"
+    # the simulator the regressed fixture was made with, now called by a test run itself
+    url = '"simulated://?accuracy=0.5&seed=1"'
+    manifest.write_text(manifest.read_text().replace("http://127.0.0.1:9/v1", url))
+    run = pytester.runpytest(
+        "--evalgate", "suite", "--evalgate-store=store", "--evalgate-candidate=candidate",
+        "-q", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    run.stdout.fnmatch_lines(["*24 failed, 24 passed*"])
+    generated = _segments(pytester.path)
+    capsys.readouterr()
+    # the same answers, imported: alike (lm-eval logs no finish reason), nothing written
+    assert _import(pytester.path, "lm-eval", _samples("regressed"), "candidate") == 0
+    assert "0 committed, 48 already stored alike" in capsys.readouterr().out
+    assert _segments(pytester.path) == generated
+    # another model's answers for the same identities: conflicts, and the gate is invalid
+    assert _import(pytester.path, "lm-eval", _samples("same"), "candidate") == 1
+    out = capsys.readouterr().out
+    assert "from a test run): the gate will be invalid" in out
+    _import(pytester.path, "lm-eval", _samples("baseline"), "baseline")
+    assert _gate(pytester.path) == 1
+    decision = _decision(pytester.path)
+    assert decision["verdict"] == "invalid"
+    assert decision["counts"]["problem_count"] == 14  # type: ignore[index]

@@ -10,7 +10,9 @@ Contracts
   digest): the first import fixes it, read back from the records in the store; a file of another
   one is refused naming it and the first file. Aggregation checks the same (``aggregate.sources``).
 - A sample whose identity already holds a result with the same content (output, score, passed,
-  finish reason) is not written again: importing a file twice changes nothing. One with a
+  finish reason; a sample without a finish reason, lm-eval's, needs only the first three) is not
+  written again: importing a file twice, or a file of what a test run already stored, changes
+  nothing. One with a
   different content is committed, so the store holds both and the gate is ``invalid``, naming the
   identity; the report lists these conflicts with the file and line they came from.
 - Records go through the store's segment writer into the candidate's newest generation (the
@@ -153,7 +155,7 @@ def _commit(
         for key, case, sample in samples:
             record, line = _record(manifest, key, case, sample, item, (writer.writer, threshold))
             first = seen.get(key)
-            if first is not None and evalgate_content(first[0]) == evalgate_content(record):
+            if first is not None and _alike(first[0], record):
                 report.unchanged += 1
                 continue
             if first is not None:
@@ -164,6 +166,16 @@ def _commit(
         writer.evalgate_commit()
         report.committed += writer.committed
     return report
+
+
+def _alike(stored: EvalgateRecord, record: EvalgateRecord) -> bool:
+    """Whether ``record`` says what ``stored`` says: the same content, or, for a harness that
+    logs no finish reason (lm-eval), the same output, score and passed."""
+    if evalgate_content(stored) == evalgate_content(record):
+        return True
+    return record["finish_reason"] is None and all(
+        stored[key] == record[key] for key in ("output", "score", "passed")
+    )
 
 
 def _writer(item: HarnessFile) -> str:
