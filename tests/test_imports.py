@@ -151,6 +151,9 @@ def test_the_aggregate_mode_of_pytest_gates_imported_records(
     )  # fmt: skip
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*verdict FAIL*", "*non_inferior[[]all]*FAIL*regression*"])
+    result.stdout.fnmatch_lines(
+        [f"*candidate: imported from lm-eval 0.4.13 {_samples('regressed').name}*"]
+    )
 
 
 # --------------------------------------------------------------------------- Inspect, gated
@@ -454,3 +457,37 @@ def test_imported_and_generated_records_of_one_identity_never_mix_silently(
     decision = _decision(pytester.path)
     assert decision["verdict"] == "invalid"
     assert decision["counts"]["problem_count"] == 14  # type: ignore[index]
+
+
+def test_an_inspect_sample_the_dataset_lacks_is_refused_naming_the_member(
+    tmp_path: Path, capsys: Capsys
+) -> None:
+    suite = _suite(tmp_path, repetitions=2)
+    cases = suite / "cases.jsonl"
+    alpha = [line for line in cases.read_text().splitlines(keepends=True) if '"alpha"' in line]
+    old = hashlib.sha256(cases.read_bytes()).hexdigest()
+    cases.write_text("".join(alpha))
+    new = hashlib.sha256(cases.read_bytes()).hexdigest()
+    manifest = suite / "evalgate.yaml"
+    manifest.write_text(manifest.read_text().replace(old, new))
+    assert _import(tmp_path, "inspect", _log("same"), "candidate") == 4
+    err = capsys.readouterr().err
+    assert f"{_log('same')}: samples/beta-000_epoch_1.json: case 'beta-000' is not in" in err
+    assert _segments(tmp_path) == []
+
+
+def test_a_malformed_source_member_is_a_store_problem() -> None:
+    from pytest_evalgate.store.recordcheck import evalgate_record_problem
+
+    source = read_lm_eval_samples(str(_samples("same"))).source
+    record = {
+        "identity": {"dataset_revision": "r", "case_id": "c", "candidate": "x", "repetition": 0},
+        "definition_digest": "d", "candidate_key": "k", "category": "a", "cluster": "a",
+        "output": "5", "score": 1.0, "passed": True, "attempts": 1, "error": None,
+        "timing": {}, "usage": {}, "finish_reason": None, "shard": 0, "writer": "w",
+        "started_at": "", "finished_at": "", "checksum": "",
+        "source": {**source, "at": "line 1"},
+    }  # fmt: skip
+    assert evalgate_record_problem(record) is None
+    del record["source"]["task_version"]  # type: ignore[attr-defined]
+    assert "source must hold" in str(evalgate_record_problem(record))
