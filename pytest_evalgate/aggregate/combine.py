@@ -17,6 +17,7 @@ that the golden test can hold them to one result; the gate input type is their c
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pytest_evalgate.aggregate.code import (
 )
 from pytest_evalgate.aggregate.contamination import evalgate_canary_identities
 from pytest_evalgate.aggregate.judged import evalgate_judge_overlay
+from pytest_evalgate.aggregate.sources import SourceLedger
 from pytest_evalgate.aggregate.suitecheck import evalgate_expectation
 from pytest_evalgate.aggregate.table import (
     EvalgateTableCounts,
@@ -52,7 +54,11 @@ from pytest_evalgate.store import (
     evalgate_candidate_prefix,
     evalgate_read_candidate,
 )
-from pytest_evalgate.store.table import EvalgateCandidateTable, evalgate_read_table
+from pytest_evalgate.store.table import (
+    EVALGATE_NO_RECORD,
+    EvalgateCandidateTable,
+    evalgate_read_table,
+)
 from pytest_evalgate.store.verified import EVALGATE_TABLE_PERF, EvalgateVerifiedSegments
 
 
@@ -115,6 +121,9 @@ class EvalgateFlip(TypedDict):
     candidate: float
 
 
+_MISSING_KEPT = 50  # missing identities named in the aggregate (the count is always whole)
+
+
 @dataclass
 class EvalgateAggregate:
     """The verified content of a store for one selection, and its status."""
@@ -133,6 +142,9 @@ class EvalgateAggregate:
     canary_identities: list[EvalgateIdentityFields] = field(default_factory=list)
     gate_input: EvalgateGateInput | None = None
     sandbox: EvalgateSandboxSummary | None = None  # scorer: code (aggregate_code.py)
+    # candidate -> the harness files its imported records came from (aggregate.sources)
+    sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    missing_ids: list[str] = field(default_factory=list)  # the first missing identities
 
 
 def evalgate_column_path(manifest: EvalgateManifest) -> bool:
@@ -160,7 +172,8 @@ def evalgate_aggregate(
     """
     if evalgate_column_path(manifest):
         return _aggregate_columns(backend, manifest, selection, pair, verified)
-    views = {name: _read(backend, manifest, name) for name in selection.candidates}
+    ledger = SourceLedger()
+    views = {name: _read(backend, manifest, name, ledger) for name in selection.candidates}
     views = evalgate_judge_overlay(backend, manifest, views, pair)  # judged suites only
     expected = _expected(manifest, selection)
     results, errors, missing = _classify(expected, views)
@@ -177,6 +190,8 @@ def evalgate_aggregate(
         rates=_rates(results.values()),
         canary_hits=_canary_hits(manifest.canary, results.values()),
         canary_identities=evalgate_canary_identities(manifest.canary, results.values()),
+        sources=ledger.summary(),
+        missing_ids=_missing_ids(expected, views),
     )
     pass_at_k = manifest.evaluator.pass_at_k
     if manifest.sandbox is not None:
@@ -195,8 +210,9 @@ def _aggregate_columns(
     verified: EvalgateVerifiedSegments | None,
 ) -> EvalgateAggregate:
     rows = evalgate_table_rows([case.case_id for case in manifest.cases], selection.case_ids)
+    ledger = SourceLedger()
     tables = {
-        name: _table(backend, manifest, name, rows, verified)
+        name: _table(backend, manifest, name, rows, verified, ledger)
         for name in dict.fromkeys(selection.candidates)
     }
     counts = evalgate_table_counts(
@@ -215,6 +231,8 @@ def _aggregate_columns(
         rates=_column_rates(counts),
         canary_hits=len(counts.canary_identities),
         canary_identities=counts.canary_identities,
+        sources=ledger.summary(),
+        missing_ids=_table_missing(tables, selection, manifest),
     )
     if pair is not None and all(name in selection.candidates for name in pair):
         paired = evalgate_table_paired(tables, selection.case_ids, pair)
@@ -235,13 +253,45 @@ def _table(
     name: str,
     rows: dict[str, int],
     verified: EvalgateVerifiedSegments | None,
+    ledger: SourceLedger,
 ) -> EvalgateCandidateTable:
     key = manifest.candidates[name].key
     prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
     table = EvalgateCandidateTable(rows, manifest.repetitions, manifest.canary)
     return evalgate_read_table(
-        backend, prefix, evalgate_expectation(manifest, name), table, verified
+        backend, prefix, evalgate_expectation(manifest, name, ledger), table, verified
     )
+
+
+def _missing_ids(
+    expected: Sequence[EvalgateIdentity], views: Mapping[str, EvalgateStoreView]
+) -> list[str]:
+    """The first ``_MISSING_KEPT`` expected identities without any record, as labels."""
+    missing = (
+        key.evalgate_label()
+        for key in expected
+        if key not in views[key[2]].results and key not in views[key[2]].errors
+    )
+    return list(itertools.islice(missing, _MISSING_KEPT))
+
+
+def _table_missing(
+    tables: Mapping[str, EvalgateCandidateTable],
+    selection: EvalgateSelection,
+    manifest: EvalgateManifest,
+) -> list[str]:
+    """``_missing_ids`` of the column path: cells without any record, as labels."""
+    labels: list[str] = []
+    for name in dict.fromkeys(selection.candidates):
+        table = tables[name]
+        for case_id in dict.fromkeys(selection.case_ids):
+            row = table.state[table.rows[case_id]]
+            for repetition in np.flatnonzero(row == EVALGATE_NO_RECORD).tolist():
+                key = EvalgateIdentity(manifest.dataset_revision, case_id, name, repetition)
+                labels.append(key.evalgate_label())
+                if len(labels) >= _MISSING_KEPT:
+                    return labels
+    return labels
 
 
 def _column_rates(counts: EvalgateTableCounts) -> dict[str, dict[str, EvalgateRate]]:
@@ -252,11 +302,12 @@ def _column_rates(counts: EvalgateTableCounts) -> dict[str, dict[str, EvalgateRa
 
 
 def _read(
-    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str
+    backend: EvalgateStoreBackend, manifest: EvalgateManifest, name: str, ledger: SourceLedger
 ) -> EvalgateStoreView:
     key = manifest.candidates[name].key
     prefix = evalgate_candidate_prefix(manifest.suite, manifest.definition_digest, key)
-    return evalgate_read_candidate(backend, prefix, evalgate_expectation(manifest, name))
+    expect = evalgate_expectation(manifest, name, ledger)
+    return evalgate_read_candidate(backend, prefix, expect)
 
 
 def _expected(manifest: EvalgateManifest, selection: EvalgateSelection) -> list[EvalgateIdentity]:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_evalgate.aggregate.sources import SourceLedger
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.store.reader import EvalgateExpectation
 
@@ -61,9 +62,14 @@ def evalgate_suite_check(manifest: EvalgateManifest, candidate: str) -> Evalgate
     return check
 
 
-def evalgate_expectation(manifest: EvalgateManifest, name: str) -> EvalgateExpectation:
+def evalgate_expectation(
+    manifest: EvalgateManifest, name: str, sources: SourceLedger | None = None
+) -> EvalgateExpectation:
     """What every stored record of candidate ``name`` must match: the definition digest, the
-    dataset revision, the candidate key, and this module's check against the suite."""
+    dataset revision, the candidate key, and this module's check against the suite; with
+    ``sources``, imported records also one task definition per candidate (``sources``)."""
     key = manifest.candidates[name].key
     check = evalgate_suite_check(manifest, name)
+    if sources is not None:
+        check = sources.wrap(name, check)
     return EvalgateExpectation(manifest.definition_digest, manifest.dataset_revision, key, check)

@@ -16,6 +16,7 @@ from pytest_evalgate.cli.canary import evalgate_canary_commands
 from pytest_evalgate.cli.capacity import evalgate_capacity_commands
 from pytest_evalgate.cli.command import EvalgateCommand, evalgate_run_command
 from pytest_evalgate.cli.contamination import evalgate_contamination_commands
+from pytest_evalgate.cli.imports import evalgate_import_commands
 from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
 from pytest_evalgate.cli.policy import evalgate_policy_commands
@@ -45,6 +46,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_canary_commands(),
         *evalgate_contamination_commands(),
         *evalgate_trend_commands(),
+        *evalgate_import_commands(),
         *evalgate_capacity_commands(),
     )
 

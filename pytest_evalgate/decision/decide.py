@@ -73,6 +73,7 @@ from pytest_evalgate.report import (
     evalgate_report_prefix,
     evalgate_write_report,
 )
+from pytest_evalgate.report.record import evalgate_sources_notes, evalgate_sources_record
 from pytest_evalgate.report.shape import (
     EvalgateDecision,
     EvalgateJudgeRecord,
@@ -156,6 +157,9 @@ def evalgate_decide(
     # which model answered: compared with the manifest's on every answer, unless opted out
     weights["model_check"] = "off: model_rewrite (a gateway renames)" if rewrite else "exact"
     decision["weights"] = weights
+    sources = evalgate_sources_record(aggregate)
+    if sources is not None:  # imported results (evalgate import): which harness files
+        decision["sources"] = sources
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
@@ -168,6 +172,8 @@ def evalgate_decide(
         notes = (approval_note, *notes)
     if aggregate.canary_identities:
         notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
+    if sources is not None:
+        notes = (*evalgate_sources_notes(sources), *notes)
     if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed

@@ -49,6 +49,7 @@ def evalgate_markdown(
         _perf(decision),
         _errors(decision),
         _flips(decision, context),
+        _sources(decision),
         *(_facts(decision, key) for key in EVALGATE_FACT_KEYS),
         _changes(decision, context),
         [f"evalgate {decision['evalgate_version']}, {decision['created_at']}"],
@@ -225,6 +226,24 @@ def _texts(decision: EvalgateDecision, context: EvalgateReportContext) -> list[s
 def _cut(text: str) -> str:
     text = text if len(text) <= _TEXT_CUT else text[: _TEXT_CUT - 3] + "..."
     return evalgate_md_cell(text)
+
+
+def _sources(decision: EvalgateDecision) -> list[str]:
+    """Which harness files imported results came from (never their case text)."""
+    record = decision.get("sources")
+    if not record:
+        return []
+    rows = [
+        [name, item["harness"], item["version"], _code(item["file"]), _code(item["sha256"][:16]),
+         item["task"], item["task_version"], _code(item["config_digest"][:19]), item["records"]]
+        for name, files in record["candidates"].items()
+        for item in files
+    ]  # fmt: skip
+    header = ["side", "harness", "version", "file", "sha256", "task", "task version", "config"]
+    lines = ["## Sources (imported results)", "", *_table([*header, "records"], rows)]
+    if record["missing"]:
+        lines += ["", f"Missing: {_ids(record['missing'])}"]
+    return lines
 
 
 def _facts(decision: EvalgateDecision, key: str) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,8 @@ from pytest_evalgate.report.shape import (
     EvalgateRateRecord,
     EvalgateRuleRecord,
     EvalgateSliceCounts,
+    EvalgateSourceFile,
+    EvalgateSourcesRecord,
 )
 from pytest_evalgate.stats import evalgate_percentile
 
@@ -81,6 +84,31 @@ def evalgate_decision(
         "evalgate_version": __version__,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def evalgate_sources_record(aggregate: EvalgateAggregate) -> EvalgateSourcesRecord | None:
+    """The decision's ``sources`` block, or None when no record was imported."""
+    if not aggregate.sources:
+        return None
+    candidates = {
+        name: [cast(EvalgateSourceFile, dict(item)) for item in files]
+        for name, files in aggregate.sources.items()
+    }
+    return {"candidates": candidates, "missing": list(aggregate.missing_ids)}
+
+
+def evalgate_sources_notes(record: EvalgateSourcesRecord) -> list[str]:
+    """Terminal lines saying which harness files the results came from, and what is missing."""
+    lines = [
+        f"{name}: imported from {item['harness']} {item['version']} {item['file']} "
+        f"(sha256 {item['sha256'][:12]}, task {item['task']} version {item['task_version']}, "
+        f"{item['records']} records)"
+        for name, files in record["candidates"].items()
+        for item in files
+    ]
+    if record["missing"]:
+        lines.append("missing: " + ", ".join(record["missing"]))
+    return lines
 
 
 def evalgate_rule_record(result: EvalgateRuleResult) -> EvalgateRuleRecord:

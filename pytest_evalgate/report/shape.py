@@ -170,6 +170,28 @@ class EvalgatePolicyApprovalRecord(TypedDict, total=False):
     envelope: dict[str, EvalgateJSON]
 
 
+class EvalgateSourceFile(TypedDict):
+    """One harness file imported records of a side came from (``evalgate import``)."""
+
+    harness: str
+    version: str
+    file: str
+    sha256: str
+    task: str
+    task_version: str
+    config_digest: str
+    records: int
+
+
+class EvalgateSourcesRecord(TypedDict):
+    """Where imported results came from: per side (candidate name), its harness files; and the
+    first identities missing (``revision/candidate/case[rN]``), so an incomplete import says
+    which items one side lacks."""
+
+    candidates: dict[str, list[EvalgateSourceFile]]
+    missing: list[str]
+
+
 class EvalgateDecision(TypedDict):
     """One suite's decision record."""
 
@@ -201,3 +223,4 @@ class EvalgateDecision(TypedDict):
     policy_approval: NotRequired[EvalgatePolicyApprovalRecord]  # with a trust file only
     # {digest, binding: verified or declared, signature or why} (decision.weights)
     weights: NotRequired[dict[str, EvalgateJSON]]
+    sources: NotRequired[EvalgateSourcesRecord]  # only when some records were imported

@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
+from pytest_evalgate.store.records import EVALGATE_SOURCE_FIELDS
+
 _STRINGS = (
     "definition_digest", "candidate_key", "category", "cluster", "writer", "started_at",
     "finished_at", "checksum",
@@ -53,7 +55,8 @@ def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
     null, or absent), ``score`` (finite, 0..1, or null), ``passed`` (bool
     or null), ``attempts`` and ``shard`` (integers >= 0), ``error`` (null or category, status,
     message; an error record has no score), ``timing`` (finite seconds >= 0 or null),
-    ``usage`` (token counts >= 0 or null) and a code suite's ``sandbox`` facts."""
+    ``usage`` (token counts >= 0 or null), a code suite's ``sandbox`` facts and an imported
+    record's ``source`` (its fields, each a string)."""
     problem = (
         _identity(record)
         or _scalars(record)
@@ -62,6 +65,7 @@ def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
         or _timing(record)
         or _usage(record)
         or _sandbox(record)
+        or _source(record)
     )
     return None if problem is None else f"malformed record: {problem}"
 
@@ -166,6 +170,20 @@ def _sandbox(record: Mapping[str, object]) -> str | None:
         and isinstance(facts["sandboxed"], bool)
     )
     return None if ok else "sandbox must hold outcome, message, exit_status, times, isolation"
+
+
+def _source(record: Mapping[str, object]) -> str | None:
+    if "source" not in record:
+        return None
+    source = record["source"]
+    ok = (
+        isinstance(source, dict)
+        and source.keys() == EVALGATE_SOURCE_FIELDS
+        and all(isinstance(value, str) for value in source.values())
+    )
+    return (
+        None if ok else f"source must hold {', '.join(sorted(EVALGATE_SOURCE_FIELDS))} as strings"
+    )
 
 
 _JUDGMENT_KEYS = frozenset({"dataset_revision", "case_id", "candidate", "repetition", "order"})

@@ -34,10 +34,11 @@ EVALGATE_SERVED_FIELDS = frozenset({"model", "system_fingerprint"})
 response reported, string or null. Every record written since issue 30 holds both (null when
 the endpoint sent none); records written before lack them and stay valid."""
 
-EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox"}) | EVALGATE_SERVED_FIELDS
+EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox", "source"}) | EVALGATE_SERVED_FIELDS
 """Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
-(``EvalgateSandboxFacts``), and ``EVALGATE_SERVED_FIELDS``, which older records lack. Every
-other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
+(``EvalgateSandboxFacts``), ``source`` for records imported from another harness
+(``EvalgateSource``, ``evalgate import``), and ``EVALGATE_SERVED_FIELDS``, which older records
+lack. Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
 
 
 def evalgate_has_fields(members: Iterable[str], required: frozenset[str]) -> bool:
@@ -142,6 +143,27 @@ class EvalgateSandboxFacts(TypedDict):
     sandboxed: bool
 
 
+class EvalgateSource(TypedDict):
+    """An imported record's ``source`` member: which harness file it came from (docs/imports.md).
+
+    ``file`` is the file's base name, ``sha256`` its bytes' digest, ``at`` the line (lm-eval) or
+    archive member (Inspect) of the sample; ``config_digest`` the sha256 of the task's
+    configuration as the harness recorded it (volatile parts left out).
+    """
+
+    harness: str
+    version: str
+    file: str
+    sha256: str
+    at: str
+    task: str
+    task_version: str
+    config_digest: str
+
+
+EVALGATE_SOURCE_FIELDS = frozenset(EvalgateSource.__annotations__)
+
+
 class EvalgateRecord(TypedDict):
     """One committed result for one identity (SPEC section 5; docs/architecture.md).
 
@@ -171,6 +193,7 @@ class EvalgateRecord(TypedDict):
     sandbox: NotRequired[EvalgateSandboxFacts]
     model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
+    source: NotRequired[EvalgateSource]
 
 
 class EvalgateOutcome(TypedDict):
