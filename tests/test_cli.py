@@ -158,7 +158,7 @@ def test_only_the_serving_and_file_writing_commands_declare_usage_errors() -> No
     assert declared == {
         "serve": (OSError,), "shard-plan": (OSError,), "registry": (OSError,),
         "admission": (OSError,), "canary-scan": (OSError,), "trend": (OSError,),
-        "polyaxon": (OSError,), "policy": (OSError,), "import": (OSError,),
+        "polyaxon": (OSError,), "policy": (OSError,), "weights": (OSError,), "import": (OSError,),
     }  # fmt: skip
 
 
@@ -275,8 +275,8 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     names = [command.name for command in evalgate_commands()]
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
-        "override", "policy", "serve", "shard-plan", "k8s", "polyaxon", "registry", "admission",
-        "canary", "canary-scan", "trend", "import", "plan", "probe",
+        "override", "policy", "weights", "serve", "shard-plan", "k8s", "polyaxon", "registry",
+        "admission", "canary", "canary-scan", "trend", "import", "plan", "probe",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

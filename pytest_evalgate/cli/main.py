@@ -26,6 +26,7 @@ from pytest_evalgate.cli.serve import evalgate_serve_commands
 from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
 from pytest_evalgate.cli.suite import evalgate_suite_commands
 from pytest_evalgate.cli.trend import evalgate_trend_commands
+from pytest_evalgate.cli.weights import evalgate_weights_commands
 
 _DESCRIPTION = "The ``evalgate`` console script: what is not a test run."
 
@@ -37,6 +38,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_judge_commands(),
         *evalgate_attest_commands(),
         *evalgate_policy_commands(),
+        *evalgate_weights_commands(),
         *evalgate_serve_commands(),
         *evalgate_shard_plan_commands(),
         *evalgate_k8s_commands(),
