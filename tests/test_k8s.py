@@ -845,3 +845,51 @@ def test_progress_line_and_index_phases() -> None:
     line = evalgate_progress_line("j", {0: "Succeeded", 1: "Running", 2: "Succeeded"})
     assert line == "j: Running=1 Succeeded=2 [1:Running]"
     assert evalgate_index_phases([]) == {}
+
+
+# --- weights provenance in the sidecar pod (SPEC section 20) ---------------------------------
+
+
+def test_the_weights_are_verified_before_the_server_starts(
+    crd_schemas: dict[tuple[str, str], JSON],
+) -> None:
+    workers, aggregate = _render(sidecar=True, weights_signature="model.sig.json")
+    for obj in (workers, aggregate):
+        _validate(obj, crd_schemas)
+    pod = workers["spec"]["template"]["spec"]
+    verify, serving = pod["initContainers"]
+    assert (verify["name"], serving["name"]) == ("verify-weights", "serving")
+    assert "restartPolicy" not in verify  # a plain init container: it must finish, and succeed
+    digest = EXAMPLE.ExampleManifest().candidates["candidate"].pins["weights_digest"]
+    assert verify["command"] == [
+        "evalgate", "weights", "verify", "/weights", "--signature=/weights/model.sig.json",
+        "--trust=/etc/evalgate/trust/trust.yaml", f"--digest={digest}",
+        "--record=/var/run/evalgate/weights-verified.json",
+    ]  # fmt: skip
+    mounts = {m["name"]: m for m in verify["volumeMounts"]}
+    assert mounts["weights"]["readOnly"] is True and mounts["evalgate-trust"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["evalgate-trust"] == {
+        "name": "evalgate-trust",
+        "configMap": {"name": "evalgate-trust"},
+    }
+    harness = pod["containers"][0]
+    env = {e["name"]: e.get("value") for e in harness["env"]}
+    assert env["PYTEST_EVALGATE_WEIGHTS_VERIFIED"] == "/var/run/evalgate/weights-verified.json"
+    # the aggregation pod, which decides, verifies the same image by digest first
+    agg = aggregate["spec"]["template"]["spec"]
+    assert [c["name"] for c in agg["initContainers"]] == ["verify-weights"]
+    assert {v["name"] for v in agg["volumes"]} >= {"weights", "evalgate-trust", "evalgate-run"}
+    assert "nvidia.com/gpu" not in json.dumps(agg)
+
+
+def test_without_a_weights_signature_nothing_is_verified() -> None:
+    pod = _render(sidecar=True)[0]["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["serving"]
+    assert "initContainers" not in _render(sidecar=True)[1]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("signature", ["/etc/passwd", "../sig.json"])
+def test_a_weights_signature_outside_the_weights_is_refused(signature: str) -> None:
+    with pytest.raises(EvalgateConfigError, match=r"pins\.weights_signature: a path inside"):
+        _render(sidecar=True, weights_signature=signature)

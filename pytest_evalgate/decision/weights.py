@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_evalgate.attest.trust import EvalgateTrust
+from pytest_evalgate.manifest.pins import EVALGATE_WEIGHTS_VERIFIED_ENV
 
-EVALGATE_WEIGHTS_VERIFIED_ENV = "PYTEST_EVALGATE_WEIGHTS_VERIFIED"
+__all__ = ["EVALGATE_WEIGHTS_VERIFIED_ENV", "evalgate_weights_record"]
 _SIGNATURE_KEYS = ("signature_sha256", "identity", "keyid")
 
 

@@ -30,11 +30,14 @@ from typing import Any, Protocol
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.k8s.sandbox import evalgate_sandbox_pod
 from pytest_evalgate.manifest.load import evalgate_base_url_env
-from pytest_evalgate.manifest.pins import evalgate_weights_image
+from pytest_evalgate.manifest.pins import EVALGATE_WEIGHTS_VERIFIED_ENV, evalgate_weights_image
 
 EVALGATE_STORE_MOUNT = "/store"
 EVALGATE_SIDECAR_PORT = 8000
 EVALGATE_WEIGHTS_MOUNT = "/weights"
+EVALGATE_TRUST_MOUNT = "/etc/evalgate/trust"
+EVALGATE_RUN_MOUNT = "/var/run/evalgate"
+EVALGATE_VERIFIED_RECORD = f"{EVALGATE_RUN_MOUNT}/weights-verified.json"
 EVALGATE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 _DIGEST_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 _JSON = dict[str, Any]
@@ -82,6 +85,7 @@ class EvalgateRenderOptions:
     sidecar_candidate: str = "candidate"
     suite_path: str | None = None
     weights_claim: str | None = None
+    trust_configmap: str = "evalgate-trust"  # holds trust.yaml (weights verification)
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -114,7 +118,7 @@ def evalgate_render(
     sidecar = _sidecar(manifest, opts) if serving_sidecar else None
     return [
         _worker_job(manifest, shards, image, opts, sidecar),
-        _aggregate_job(manifest, image, opts),
+        _aggregate_job(manifest, image, opts, verify=serving_sidecar),
     ]
 
 
@@ -169,8 +173,11 @@ def _worker_job(
 
 
 def _aggregate_job(
-    manifest: EvalgateManifestLike, image: str, opts: EvalgateRenderOptions
+    manifest: EvalgateManifestLike, image: str, opts: EvalgateRenderOptions, *, verify: bool
 ) -> _JSON:
+    """The aggregation Job; with ``verify`` (a sidecar run whose candidate pins a weights
+    signature) it verifies the same weights image by digest first, so the decision it makes
+    can say ``binding: verified`` (the workers served that digest: the same reference)."""
     command = [
         "pytest",
         "--evalgate",
@@ -182,6 +189,11 @@ def _aggregate_job(
         "no:cacheprovider",
     ]
     pod = _pod_spec(manifest, image, command, opts, None)
+    check = _verify_weights(manifest, image, opts) if verify else None
+    if check is not None:
+        pod["initContainers"] = [check]
+        pod["volumes"] = [*pod["volumes"], _weights_volume(manifest, opts)]
+        _with_verification(pod, opts)
     spec = {
         "completions": 1,
         "parallelism": 1,
@@ -272,7 +284,71 @@ def _pod_spec(
     }
     if sidecar is not None:
         pod["initContainers"] = [sidecar]
+        verify = _verify_weights(manifest, image, opts)
+        if verify is not None:  # runs to completion before the server starts (SPEC section 20)
+            pod["initContainers"] = [verify, sidecar]
+            _with_verification(pod, opts)
     return pod
+
+
+def _with_verification(pod: _JSON, opts: EvalgateRenderOptions) -> None:
+    """The trust file and the record's folder in ``pod``; the harness reads the record."""
+    pod["volumes"] = [*pod["volumes"], *_verification_volumes(opts)]
+    harness = pod["containers"][0]
+    run = {"name": "evalgate-run", "mountPath": EVALGATE_RUN_MOUNT, "readOnly": True}
+    harness["volumeMounts"] = [*harness["volumeMounts"], run]
+    record = {"name": EVALGATE_WEIGHTS_VERIFIED_ENV, "value": EVALGATE_VERIFIED_RECORD}
+    harness["env"] = [*harness["env"], record]
+
+
+def _verify_weights(
+    manifest: EvalgateManifestLike, image: str, opts: EvalgateRenderOptions
+) -> _JSON | None:
+    """The init container that verifies the weights against ``pins.weights_signature`` (a
+    path inside the weights, left out of what it signs) with a ``release`` key of the trust
+    file, and leaves the record the harness's decision reads. A failure ends the container,
+    so the serving sidecar after it never starts."""
+    pins = manifest.candidates[opts.sidecar_candidate].pins
+    signature = pins.get("weights_signature")
+    if not signature:
+        return None
+    key = f"candidates.{opts.sidecar_candidate}.pins.weights_signature"
+    if not isinstance(signature, str) or signature.startswith("/") or ".." in signature:
+        reason = f"a path inside the weights folder, got {signature!r}"
+        raise EvalgateConfigError(manifest.path, key, reason)
+    return {
+        "name": "verify-weights",
+        "image": image,
+        "command": [
+            "evalgate",
+            "weights",
+            "verify",
+            EVALGATE_WEIGHTS_MOUNT,
+            f"--signature={EVALGATE_WEIGHTS_MOUNT}/{signature}",
+            f"--trust={EVALGATE_TRUST_MOUNT}/trust.yaml",
+            f"--digest={pins.get('weights_digest')}",
+            f"--record={EVALGATE_VERIFIED_RECORD}",
+        ],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "resources": {
+            "requests": {"cpu": "1", "memory": "512Mi"},
+            "limits": {"cpu": "4", "memory": "2Gi"},
+        },
+        "securityContext": evalgate_container_security(),
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "weights", "mountPath": EVALGATE_WEIGHTS_MOUNT, "readOnly": True},
+            {"name": "evalgate-trust", "mountPath": EVALGATE_TRUST_MOUNT, "readOnly": True},
+            {"name": "evalgate-run", "mountPath": EVALGATE_RUN_MOUNT},
+        ],
+    }
+
+
+def _verification_volumes(opts: EvalgateRenderOptions) -> list[_JSON]:
+    return [
+        {"name": "evalgate-trust", "configMap": {"name": opts.trust_configmap}},
+        {"name": "evalgate-run", "emptyDir": {"sizeLimit": "1Mi"}},
+    ]
 
 
 def _harness_env(

@@ -19,6 +19,10 @@ EVALGATE_WEIGHTS_IMAGE_PIN = "weights_image"
 EVALGATE_WEIGHTS_DIGEST_PIN = "weights_digest"
 _PINNED = re.compile(r"^[^\s@]+@(sha256:[0-9a-f]{64})$")
 
+# Names the record a weights verification left where the weights are served (SPEC section 20):
+# set by the serving sidecar's pod (k8s.render), read by the decision (decision.weights).
+EVALGATE_WEIGHTS_VERIFIED_ENV = "PYTEST_EVALGATE_WEIGHTS_VERIFIED"
+
 
 def evalgate_check_weights_pins(source: str, name: str, pins: Mapping[str, object]) -> None:
     """Refuse a ``weights_image`` not pinned by digest, or one whose digest differs from
