@@ -15,6 +15,7 @@ the tiny example suite with a trust file, the console script (``policy approve``
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -80,18 +81,19 @@ def _weights_digest(work: Path) -> str:
 
 
 def _verified_record(work: Path) -> Path:
-    """What the serving sidecar's init container leaves after verifying the weights."""
-    from pytest_evalgate.attest.keys import evalgate_keyid, evalgate_load_public_key
-
-    public = evalgate_load_public_key(str(work / "keys/release/evalgate.pub"))
-    path = work / "weights-verified.json"
-    record = {
-        "weights_digest": _weights_digest(work),
-        "signature_sha256": "5" * 64,
-        "identity": HOLDERS["release"][0],
-        "keyid": evalgate_keyid(public),
-    }
-    path.write_text(json.dumps(record))
+    """What the serving sidecar's init container leaves: a weights folder signed by the release
+    key with model-signing, verified by ``evalgate weights verify --record``."""
+    weights = work / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(bytes(range(256)) * 16)
+    signed = _cli(work, "weights", "sign", "weights", "--sign-key", "keys/release/evalgate.key")
+    assert signed.returncode == 0, signed.stderr
+    path = work / "run" / "weights-verified.json"
+    verified = _cli(
+        work, "weights", "verify", "weights", "--signature", "weights.sig.json", "--trust",
+        "trust.yaml", "--digest", _weights_digest(work), "--record", str(path),
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
     return path
 
 
@@ -186,6 +188,12 @@ def test_an_approved_policy_gives_a_signed_decision_that_is_admitted(
     assert decision["policy_approval"]["identity"] == "alice@example.com"
     assert decision["weights"]["binding"] == "verified"
     assert decision["weights"]["model_check"] == "exact"
+    signature = decision["weights"]["signature"]  # the signature's digest and its signer
+    assert signature["identity"] == HOLDERS["release"][0]
+    assert (
+        signature["signature_sha256"]
+        == hashlib.sha256((work / "weights.sig.json").read_bytes()).hexdigest()
+    )
     verified = _cli(work, "verify", "rep/decision.dsse.json", "--trust", "trust.yaml")
     assert verified.returncode == 0, verified.stdout
     assert "signer: system:serviceaccount:eval-llm:eval-gate (role gate" in verified.stdout
