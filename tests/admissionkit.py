@@ -270,3 +270,15 @@ def review(
 def model_image(digest: str, repository: str = "registry.example/models/support") -> str:
     """An image reference of model weights by digest."""
     return f"{repository}@{digest}"
+
+
+def stop_process(process: Any) -> None:
+    """End a webhook process this test started (SIGTERM, by its PID) and close its pipes."""
+    import signal
+
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

@@ -27,6 +27,7 @@ from admissionkit import (
     pod,
     review,
     signed_decision,
+    stop_process,
 )
 
 from pytest_evalgate.attest.dsse import evalgate_write_envelope
@@ -213,12 +214,7 @@ def served(work: Path) -> Iterator[Served]:
         url = _ready_line(process)
         yield Served(work, int(url.rsplit(":", 1)[1]), tls, process)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(process)
 
 
 def _gate(work: Path) -> None:

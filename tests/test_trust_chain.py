@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from admissionkit import Client, make_tls, model_image, pod, review, sign_raw
+from admissionkit import Client, make_tls, model_image, pod, review, sign_raw, stop_process
 
 from pytest_evalgate.attest.dsse import evalgate_statement, evalgate_write_envelope
 from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_generate_key
@@ -146,12 +145,7 @@ def _webhook(work: Path, *extra: str) -> Iterator[Webhook]:
         yield Webhook(port, client, process)
         client.close()
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(process)
 
 
 def _admitted(hook: Webhook, digest: str) -> tuple[bool, str]:
