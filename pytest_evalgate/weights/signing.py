@@ -16,7 +16,6 @@ Contracts:
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from typing import Any
 
 from pytest_evalgate.attest.keys import evalgate_keyid, evalgate_load_public_key
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
+from pytest_evalgate.formats.canonical import evalgate_file_sha256
 
 EVALGATE_WEIGHTS_RECORD_FIELDS = ("weights_digest", "signature_sha256", "identity", "keyid")
 _MISMATCH = "Signature mismatch: "
@@ -92,7 +92,7 @@ def evalgate_verify_weights(
     for identity, key_path in keys:
         keyid = evalgate_keyid(evalgate_load_public_key(key_path))
         if _verify_one(model_dir, signature_path, key_path):
-            return EvalgateWeightsVerified(identity, keyid, _file_sha256(signature_path))
+            return EvalgateWeightsVerified(identity, keyid, evalgate_file_sha256(signature_path))
         tried.append(f"{keyid[:16]} ({identity})")
     raise EvalgateSignatureError(
         f"{signature_path}: not signed by a release key (tried {', '.join(tried) or 'none'})"
@@ -142,14 +142,6 @@ def _first_difference(text: str, model_dir: str) -> str:
         return f"{model_dir}: the weights differ from the signature ({text[:200]})"
     name, how = min(found)
     return f"{model_dir}: first file that differs: {name} ({how}; {len(found)} in all)"
-
-
-def _file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def evalgate_write_verified_record(record: dict[str, str], path: str) -> None:
