@@ -188,8 +188,12 @@ class EvalgateItem(pytest.Item):
 
 
 def _why(record: Mapping[str, Any]) -> str:
-    """A wrong answer's reason: its code's outcome (scorer: code), else its score."""
+    """A wrong answer's reason: its code's outcome (scorer: code), else its score (and a
+    conversation's failed checks, which name tools and turns, never eval text)."""
     sandbox = record.get("sandbox")
+    failures = (record.get("dialogue") or {}).get("failures")
+    if sandbox is None and failures:  # a conversation or tool loop: its failed checks
+        return f"score {record['score']:.2f}: {'; '.join(failures)}"
     if sandbox is None:
         return f"score {record['score']:.2f}"
     message = f": {_cut(sandbox['message'])}" if sandbox["message"] else ""

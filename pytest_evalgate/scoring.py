@@ -63,10 +63,11 @@ EVALGATE_BUILTIN_SCORERS: tuple[str, ...] = ("exact", "normalized", "contains", 
 """Names of the scorers this module implements."""
 
 _KEY = "evaluator.scorer"
-_RESERVED = ("judge",)
+_RESERVED = ("judge", "tools")  # graded by their stage: the judge, the tool loop (dialogue)
 _PYTHON_PREFIX = "python:"
 _COMMON_OPTIONS = frozenset({"threshold"})
 _OPTIONS: dict[str, frozenset[str]] = {
+    "tools": frozenset({"answer_scorer"}),  # the final answer's text scorer (default contains)
     "regex": frozenset({"search"}),
     "numeric": frozenset({"tolerance", "rel_tolerance"}),
 }

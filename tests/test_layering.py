@@ -37,6 +37,9 @@ CHILD_MAY_IMPORT = (
     "pytest_evalgate.runner.execution", "pytest_evalgate.sandbox",
     # the journal line's canonical JSON, which the wire result reuses (encoded once)
     "pytest_evalgate.formats.canonical",
+    # conversations and tool loops (SPEC 17): the loop, one tool call, a python: tool's import
+    "pytest_evalgate.dialogue.loop", "pytest_evalgate.dialogue.toolrun",
+    "pytest_evalgate.dialogue.pyimport",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

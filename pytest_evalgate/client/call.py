@@ -415,6 +415,7 @@ def _result(
         usage_flag=done.usage_flag,
         model=_reported(done.model),
         system_fingerprint=_reported(done.system_fingerprint),
+        tool_calls=tuple(done.tool_calls),
     )
 
 

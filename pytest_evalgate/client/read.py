@@ -55,6 +55,9 @@ class EvalgateAttempt:
     usage_flag: str | None = None
     model: str | None = None
     system_fingerprint: str | None = None
+    # Chat tool calls (SPEC 17), in the answer's order: {"id", "name", "arguments"}, the
+    # arguments the raw text the model wrote (a stream's pieces joined by their ``index``).
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
 
 
 def _malformed(message: str) -> EvalgateAnswerError:
@@ -85,6 +88,8 @@ async def evalgate_read_whole(
     message = choice.get("message") if api == "chat" else None
     text = message.get("content") if isinstance(message, dict) else choice.get("text")
     done.finish_reason = choice.get("finish_reason")
+    if isinstance(message, dict):
+        done.tool_calls = evalgate_tool_calls_of(message.get("tool_calls"))
     _take_usage(obj.get("usage"), done)
     _take_served(obj, done)
     if isinstance(text, str) and len(text) > caps.text_chars:
@@ -111,6 +116,7 @@ async def evalgate_read_stream(
     if not sse.chunks:
         raise _not_a_stream(sse.head, sse.read_bytes)
     done.output = "".join(sse.parts)
+    done.tool_calls = sse.evalgate_tool_calls()
     if done.finish_reason is None:
         ended = "with [DONE]" if sse.finished else "without [DONE]"
         raise EvalgateAnswerError(
@@ -136,6 +142,7 @@ class EvalgateSse:
         self.read_bytes = 0
         self.text_chars = 0
         self.head = b""  # the first bytes, kept to read a JSON error body sent to a stream
+        self.calls: dict[int, dict[str, str]] = {}  # a stream's tool calls by their index
 
     def feed(self, data: bytes, now: float) -> bool:
         """Take the complete lines of ``tail + data``; True once ``[DONE]`` has been seen."""
@@ -169,6 +176,8 @@ class EvalgateSse:
             return 0
         holder = choice.get(self.key) if self.key else choice
         text = holder.get("content" if self.key else "text") if isinstance(holder, dict) else None
+        if self.key and isinstance(holder, dict) and holder.get("tool_calls"):
+            self._take_calls(holder["tool_calls"], now)
         if text:
             self.done.content_times.append(now)
             self.parts.append(text)
@@ -182,6 +191,32 @@ class EvalgateSse:
 
     def _cut(self) -> None:
         self.done.output = "".join(self.parts)[: self.caps.text_chars]
+
+    def _take_calls(self, pieces: object, now: float) -> None:
+        # OpenAI streams a call as deltas keyed by ``index``: the first names it, the next ones
+        # carry pieces of its arguments; a piece counts as content for the timings.
+        if not isinstance(pieces, list):
+            raise _malformed("a stream's tool_calls delta is not a list")
+        self.done.content_times.append(now)
+        for piece in pieces:
+            if not isinstance(piece, dict) or not isinstance(piece.get("index", 0), int):
+                raise _malformed("a stream's tool_calls delta holds a non-object")
+            blank = {"id": "", "name": "", "arguments": ""}
+            call = self.calls.setdefault(piece.get("index", 0), blank)
+            function = piece.get("function")
+            function = function if isinstance(function, dict) else {}
+            call["id"] += _text_or_none(piece.get("id")) or ""
+            call["name"] += _text_or_none(function.get("name")) or ""
+            piece_text = function.get("arguments")
+            piece_text = piece_text if isinstance(piece_text, str) else ""
+            call["arguments"] += piece_text
+            self.text_chars += len(piece_text)
+            if self.text_chars > self.caps.text_chars:
+                raise _oversize(self.caps, f"{self.caps.text_chars} characters")
+
+    def evalgate_tool_calls(self) -> list[dict[str, str]]:
+        """The stream's tool calls, in index order."""
+        return [self.calls[index] for index in sorted(self.calls)]
 
 
 _HEAD_BYTES = 8192
@@ -235,6 +270,26 @@ def _first_choice(obj: Mapping[str, object]) -> dict[str, Any] | None:
     if isinstance(choices, list) and choices and isinstance(choices[0], dict):
         return choices[0]
     return None
+
+
+def evalgate_tool_calls_of(value: object) -> list[dict[str, str]]:
+    """A whole answer's ``message.tool_calls`` as ``{"id", "name", "arguments"}`` (arguments
+    kept as the text the model wrote, an object re-encoded as JSON); [] when absent. A list
+    holding something else than call objects is ``malformed_response``."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise _malformed("message.tool_calls is not a list of objects")
+    calls = []
+    for item in value:
+        function = item.get("function")
+        function = function if isinstance(function, dict) else {}
+        arguments = function.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        name = str(function.get("name") or "")
+        calls.append({"id": str(item.get("id") or ""), "name": name, "arguments": arguments})
+    return calls
 
 
 def _take_served(obj: Mapping[str, object], done: EvalgateAttempt) -> None:

@@ -65,7 +65,8 @@ class EvalgateCallResult:
     and the timings may still describe the last attempt (a content-filtered answer, say).
     ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
     ``model`` and ``system_fingerprint`` are what the last attempt's response reported (None
-    when it did not, or sent no string).
+    when it did not, or sent no string). ``tool_calls`` are the answer's chat tool calls, in
+    order, arguments as the text the model wrote (SPEC 17; the loop in ``dialogue`` runs them).
     """
 
     output: str | None
@@ -83,3 +84,4 @@ class EvalgateCallResult:
     usage_flag: str | None = None
     model: str | None = None
     system_fingerprint: str | None = None
+    tool_calls: tuple[dict[str, str], ...] = ()  # chat tool calls: {"id", "name", "arguments"}

@@ -9,11 +9,12 @@ the manifest names; keys never enter files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.endpoints.simulators import EvalgateSimulatorPool, evalgate_env_key
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.manifest.load import (
     EvalgateCandidate,
     EvalgateManifest,
@@ -88,11 +89,39 @@ class EvalgateEndpointPool:
 
     def _simulated(self, manifest: EvalgateManifest, url: str) -> str:
         def answer_key(path: str) -> None:
-            rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
-            evalgate_write_answer_key(path, rows)
+            evalgate_write_answer_key(path, evalgate_answer_rows(manifest))
 
         config = evalgate_parse_simulated_url(url)
         return self._pool.evalgate_base_url((manifest.path, url), config, "answers", answer_key)
+
+
+def evalgate_answer_rows(manifest: EvalgateManifest) -> Iterator[tuple[object, ...]]:
+    """The simulator's answer key of ``manifest``: each case's prompt and target; for a case
+    with ``turns``, each turn's system messages and user text with the turn's target (the
+    simulator answers a turn by them; a turn text two cases share keeps its first row); for a
+    tool case, its expected calls as the plan."""
+    seen: set[str] = set()
+    for row in _answer_rows(manifest):
+        digest = evalgate_sha256_hex(row[0])
+        if digest not in seen:
+            seen.add(digest)
+            yield row
+
+
+def _answer_rows(manifest: EvalgateManifest) -> Iterator[tuple[object, ...]]:
+    for case in manifest.cases:
+        prompt = case.evalgate_prompt_json()
+        if case.turns:
+            system = [m for m in prompt if isinstance(m, dict) and m["role"] == "system"]
+            for turn in case.turns:
+                if turn.target is not None:
+                    turn_prompt = [*system, {"role": "user", "content": turn.user}]
+                    yield turn_prompt, turn.target, case.category
+        elif case.expect is not None:
+            calls = [{"name": c.name, "arguments": dict(c.arguments)} for c in case.expect.calls]
+            yield prompt, case.target, case.category, calls
+        else:
+            yield prompt, case.target, case.category
 
 
 def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:

@@ -2,7 +2,9 @@
 
 Every row is a JSON object with ``id``, ``category``, ``target`` and exactly one of ``input``
 (rendered through ``prompt.template``, with ``prompt.system`` before it for ``api: chat``) or
-``messages`` (chat only); ``cluster``, ``cost`` and ``metadata`` are optional. A row that is not
+``messages`` (chat only) or ``turns`` (a scripted conversation, chat only: ``dialogue.case``);
+``expect`` (a tool case's trajectory checks), ``cluster``, ``cost`` and ``metadata`` are
+optional, and ``target`` may be left out of a ``turns`` or ``expect`` row. A row that is not
 such an object, a duplicate case id, or an empty dataset is refused with an
 ``EvalgateConfigError`` naming the file, the line (and case id) and the key, before any
 request. ``evalgate_render_template`` is the one prompt renderer, for eval items and the load
@@ -14,6 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from pytest_evalgate.dialogue.case import (
+    EvalgateExpect,
+    EvalgateTurn,
+    evalgate_parse_expect,
+    evalgate_parse_turns,
+)
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.jsonlread import evalgate_jsonl_rows
 from pytest_evalgate.manifest.schema import EvalgateManifestSchema
@@ -40,6 +48,8 @@ class EvalgateCase:
     cost: float
     prompt: tuple[Mapping[str, str], ...] | str
     line: int
+    turns: tuple[EvalgateTurn, ...] = ()  # a scripted conversation: prompt ends with turn 1
+    expect: EvalgateExpect | None = None  # a tool case's trajectory checks
 
     def evalgate_prompt_json(self) -> list[dict[str, str]] | str:
         """The prompt as builtins, ready for a request body."""
@@ -67,7 +77,8 @@ def evalgate_read_cases(
         raise EvalgateConfigError(dataset_path, "-", "the dataset has no cases")
 
 
-_ROW_KEYS = {"id", "input", "messages", "target", "category", "cluster", "cost", "metadata"}
+_ROW_KEYS = {"id", "input", "messages", "turns", "expect", "target", "category", "cluster"}
+_ROW_KEYS |= {"cost", "metadata"}
 
 
 def _parse_row(
@@ -81,14 +92,21 @@ def _parse_row(
         raise EvalgateConfigError(dataset_path, f"{where}: {unknown[0]}", "unknown key")
     case_id = _row_str(dataset_path, where, row, "id")
     where = f"{where}: id {case_id!r}"
+    turns = evalgate_parse_turns(dataset_path, where, row["turns"]) if "turns" in row else ()
+    expect = evalgate_parse_expect(dataset_path, where, row["expect"]) if "expect" in row else None
+    optional_target = bool(turns) or expect is not None
     return EvalgateCase(
         case_id=case_id,
         category=_row_str(dataset_path, where, row, "category"),
         cluster=_row_cluster(dataset_path, where, row, case_id),
-        target=_row_target(dataset_path, where, row),
+        target=""
+        if optional_target and "target" not in row
+        else _row_target(dataset_path, where, row),
         cost=_row_cost(dataset_path, where, row),
-        prompt=_render_prompt(dataset_path, where, row, model),
+        prompt=_render_prompt(dataset_path, where, row, model, turns),
         line=number,
+        turns=turns,
+        expect=expect,
     )
 
 
@@ -120,14 +138,25 @@ def _row_cost(source: str, where: str, row: Mapping[str, object]) -> float:
 
 
 def _render_prompt(
-    source: str, where: str, row: Mapping[str, object], model: EvalgateManifestSchema
+    source: str,
+    where: str,
+    row: Mapping[str, object],
+    model: EvalgateManifestSchema,
+    turns: tuple[EvalgateTurn, ...],
 ) -> tuple[Mapping[str, str], ...] | str:
-    has_input, has_messages = "input" in row, "messages" in row
-    if has_input == has_messages:
-        raise EvalgateConfigError(source, where, "a row needs exactly one of input or messages")
-    if has_messages:
+    if sum(key in row for key in ("input", "messages", "turns")) != 1:
+        reason = "a row needs exactly one of input, messages or turns"
+        raise EvalgateConfigError(source, where, reason)
+    if "messages" in row:
         return _render_messages(source, where, row["messages"], model)
-    text = _render_template(source, where, _row_str(source, where, row, "input"), model)
+    if turns and model.api == "completions":
+        raise EvalgateConfigError(source, f"{where}: turns", "api: completions needs input rows")
+    # A scripted turn is sent as written (prompt.template shapes ``input`` rows only).
+    text = (
+        turns[0].user
+        if turns
+        else _render_template(source, where, _row_str(source, where, row, "input"), model)
+    )
     if model.api == "completions":
         return text
     system = (

@@ -25,6 +25,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from pytest_evalgate.dialogue.fixture import EvalgateToolFixture
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateYamlError
 from pytest_evalgate.formats.canonical import evalgate_file_sha256, evalgate_sha256_hex
 from pytest_evalgate.formats.strictmodel import EvalgateBudgetSchema
@@ -53,7 +54,9 @@ from pytest_evalgate.manifest.schema import (
     EvalgateManifestSchema,
     EvalgatePerfSchema,
     EvalgateTierSchema,
+    EvalgateToolsSchema,
 )
+from pytest_evalgate.manifest.tools import evalgate_manifest_tools, evalgate_tools_definition
 from pytest_evalgate.manifest.url import evalgate_check_base_url
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
@@ -145,6 +148,8 @@ class EvalgateManifest:
     sandbox: EvalgateSandboxBlock | None = None  # scorer: code only, defaults filled in
     judged: EvalgateJudged | None = field(default=None, repr=False)
     private: tuple[str, ...] = ()  # held-out categories; outside the digest, like tiers
+    tools: EvalgateToolsSchema | None = None  # SPEC 17: the loop's limits
+    fixture: EvalgateToolFixture | None = field(default=None, repr=False)  # its tools
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -170,7 +175,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     actual = _dataset_digest(path, dataset_path)
     _check_pin(path, model, actual)
     cases = tuple(evalgate_read_cases(path, dataset_path, model))
-    definition = _definition(model, actual)
+    fixture = evalgate_manifest_tools(path, suite_dir, model, cases)
+    definition = {**_definition(model, actual), **evalgate_tools_definition(model, fixture)}
     candidates = _candidates(model)
     for name, candidate in candidates.items():
         evalgate_check_weights_pins(path, name, candidate.pins)  # weights image = digest
@@ -203,6 +209,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         sandbox=evalgate_sandbox_block(model.evaluator.scorer, model.sandbox),
         judged=judged,
         private=evalgate_private_categories(path, model.private, cases),
+        tools=model.tools,
+        fixture=fixture,
     )
 
 

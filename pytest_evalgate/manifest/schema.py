@@ -46,6 +46,8 @@ class EvalgateEvaluatorSchema(_Strict):
     language: str | None = None  # scorer: code only (manifest_code.py), like the two below
     extract: str | None = None
     pass_at_k: int | None = None
+    # conversations (SPEC 17): "share" of passing turns (the default) or "all" must pass
+    turns: Literal["share", "all"] | None = None
     # scorer: judge only (validated by manifest_judge); absent keys stay out of every dump
     mode: Any = None
     rubric: Any = None
@@ -102,6 +104,16 @@ class EvalgatePerfSchema(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
 
 
+class EvalgateToolsSchema(_Strict):
+    """The ``tools`` block (SPEC 17): the fixture file and revision, and the loop's limits."""
+
+    fixture: str
+    revision: str
+    max_steps: int = Field(default=8, ge=1, le=1000)
+    max_tool_calls: int = Field(default=16, ge=1, le=10_000)
+    timeout_s: float = Field(default=120.0, gt=0, le=3600)
+
+
 class EvalgateTierSchema(_Strict):
     """One ``tiers.<name>`` block: the tier's fraction of cases, its draw seed and policy."""
 
@@ -132,3 +144,4 @@ class EvalgateManifestSchema(_Strict):
     tiers: dict[str, EvalgateTierSchema] = Field(default_factory=dict)
     private: list[str] = Field(default_factory=list)  # held-out categories (manifest_private)
     sandbox: EvalgateSandboxBlock | None = None
+    tools: EvalgateToolsSchema | None = None

@@ -24,9 +24,9 @@ import math
 import os
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pytest_evalgate.client import (
     EvalgateCallResult,
@@ -36,6 +36,8 @@ from pytest_evalgate.client import (
 )
 from pytest_evalgate.client.budget import EvalgateLimiter
 from pytest_evalgate.client.redact import evalgate_add_secret, evalgate_redact
+from pytest_evalgate.dialogue.loop import evalgate_run_dialogue
+from pytest_evalgate.dialogue.toolrun import EvalgateToolBox
 from pytest_evalgate.errors import EvalgateWireError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.runner.execution import EvalgateExecutionStage
@@ -51,6 +53,7 @@ from pytest_evalgate.runner.wire import (
     EvalgateWireRequest,
     EvalgateWireResult,
     EvalgateWireSetup,
+    EvalgateWireTools,
     EvalgateWireUrge,
     evalgate_asyncio_loop_wanted,
     evalgate_decode_for_child,
@@ -85,6 +88,7 @@ class EvalgateChild:
         self._warming: set[asyncio.Task[int]] = set()
         self._journal: EvalgateJournalWriter | None = None
         self._stage = EvalgateExecutionStage(self._emit, self.evalgate_die)  # scorer: code
+        self._boxes: dict[int, EvalgateToolBox] = {}  # tool fixtures by their wire number
 
     async def evalgate_run(self, reader: asyncio.StreamReader) -> None:
         """Serve until stdin ends: after ``close`` finish every work; without it, exit now."""
@@ -111,6 +115,8 @@ class EvalgateChild:
         for task in self._warming:
             task.cancel()
         await self._stage.evalgate_drain()
+        for box in self._boxes.values():
+            await box.evalgate_close()
         if self._journal is not None:
             self._journal.evalgate_close()
         await client.aclose()
@@ -128,6 +134,8 @@ class EvalgateChild:
         elif isinstance(message, EvalgateWireEndpoint):
             self._endpoints[message.index] = message.endpoint
             evalgate_add_secret(message.endpoint.api_key)  # redacted from all this process says
+        elif isinstance(message, EvalgateWireTools):
+            self._boxes[message.index] = EvalgateToolBox(message.fixture)
         elif isinstance(message, EvalgateWireClose):
             self._closing = True
         else:
@@ -220,9 +228,13 @@ class EvalgateChild:
     async def _call(self, client: EvalgateClient, work: EvalgateWireRequest) -> EvalgateWireResult:
         started = _now()
         self._in_flight += 1
+        facts = None
         try:
             endpoint = self._endpoints[work.endpoint]
-            result = await client.call(endpoint, work.body, work.identity, work.est_tokens)
+            if work.dialogue is None:
+                result = await client.call(endpoint, work.body, work.identity, work.est_tokens)
+            else:
+                result, facts = await self._converse(client, endpoint, work)
         finally:
             self._in_flight -= 1
         error = result.error
@@ -236,7 +248,23 @@ class EvalgateChild:
                 " not stored, usage.flagged in the record (logged once per candidate)"
             )
         outcome = evalgate_outcome(result, started, _now())
+        if facts is not None:
+            outcome["dialogue"] = facts
         return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
+
+    async def _converse(
+        self, client: EvalgateClient, endpoint: EvalgateEndpoint, work: EvalgateWireRequest
+    ) -> tuple[EvalgateCallResult, dict[str, Any]]:
+        """A conversation or tool loop (``dialogue.loop``): every model call of it goes
+        through the client, so through the limiter, like a one-answer work's."""
+
+        async def call(body: Mapping[str, Any]) -> EvalgateCallResult:
+            return await client.call(endpoint, body, work.identity, work.est_tokens)
+
+        assert work.dialogue is not None
+        return await evalgate_run_dialogue(
+            call, work.body, work.dialogue, self._boxes, work.identity
+        )
 
     async def _journal_answer(
         self, work: EvalgateWireRequest, result: EvalgateWireResult

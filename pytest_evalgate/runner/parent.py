@@ -46,6 +46,11 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.runner.committer import EvalgateCommitter
+from pytest_evalgate.runner.dialogue import (
+    evalgate_dialogue_graded,
+    evalgate_dialogue_spec,
+    evalgate_tools_body,
+)
 from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
 from pytest_evalgate.runner.spawn import (
     evalgate_close_quietly,
@@ -63,6 +68,7 @@ from pytest_evalgate.runner.wire import (
     EvalgateWireRequest,
     EvalgateWireResult,
     EvalgateWireSetup,
+    EvalgateWireTools,
     EvalgateWireUrge,
     evalgate_decode_for_parent,
     evalgate_encode,
@@ -113,6 +119,7 @@ class EvalgateSuiteRun:
     prefixes: dict[str, str]
     keys: dict[str, str]
     sandbox: dict[str, Any] | None = None  # scorer: code (runner.execution settings)
+    tools: dict[str, Any] | None = None  # a tool suite's fixture for the child (with services)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +150,16 @@ class EvalgateWork:
     ) -> tuple[EvalgateRecord, bytes]:
         """``evalgate_seal`` and the record's segment line (``store.evalgate_record_line``)."""
         code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
+        grade = evalgate_code_grade(outcome) if code else self.evalgate_grade
+        if "dialogue" in outcome and outcome["error"] is None:
+            suite = self.suite
+            outcome, grade = evalgate_dialogue_graded(
+                self.case, suite.manifest, suite.scorer, suite.threshold, outcome
+            )
         return evalgate_record_line(
             self.key,
             outcome,
-            evalgate_code_grade(outcome) if code else self.evalgate_grade,
+            grade,
             definition_digest=self.suite.manifest.definition_digest,
             candidate_key=self.suite.keys[self.candidate],
             category=self.case.category,
@@ -212,6 +225,7 @@ class EvalgateRunner:
         self._urged: set[int] = set()
         self._endpoints: dict[EvalgateEndpoint, int] = {}
         self._halts: dict[_HaltKey, int] = {}  # stop channel -> its number on the wire
+        self._boxes: dict[int, int] = {}  # id of a suite's tool fixture -> its number on the wire
         self._done: dict[EvalgateIdentity, EvalgateRecord | EvalgateStandIn] = {}
         self._stopped: dict[_HaltKey, str] = {}
         self._outbox: list[bytes] = []
@@ -399,8 +413,20 @@ class EvalgateRunner:
             urgent,
             self._journal_folder(work),
             evalgate_execution_request(work.suite.sandbox, work.case.target),
+            self._dialogue(work),
         )
         self._outbox.append(evalgate_encode(request))
+
+    def _dialogue(self, work: EvalgateWork) -> dict[str, Any] | None:
+        spec = evalgate_dialogue_spec(work.case, work.suite.manifest)
+        fixture = work.suite.tools
+        if spec is not None and fixture is not None:
+            index = self._boxes.get(id(fixture))
+            if index is None:  # declared on the wire before the first work that runs it
+                index = self._boxes[id(fixture)] = len(self._boxes)
+                self._outbox.append(evalgate_encode(EvalgateWireTools(index, fixture)))
+            spec["box"] = index
+        return spec
 
     def _endpoint_index(self, endpoint: EvalgateEndpoint) -> int:
         # Declared on the wire before the first work that names it.
@@ -504,7 +530,7 @@ def evalgate_request_body(work: EvalgateWork) -> dict[str, Any]:
         body["seed"] = manifest.generation.seed + work.repetition
     prompt = work.case.evalgate_prompt_json()
     body["prompt" if isinstance(prompt, str) else "messages"] = prompt
-    return body
+    return evalgate_tools_body(work.suite.manifest, body)
 
 
 def evalgate_identity_header(work: EvalgateWork) -> str:

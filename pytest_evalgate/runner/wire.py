@@ -10,10 +10,11 @@ does not travel in that direction, missing or unknown fields). Values are not ty
 one: both ends are this package at one version, started together.
 
 Parent to child, in this order: ``setup`` (once, first), ``endpoint`` (once per endpoint, before
-the first work that uses it), then ``work``, ``urge`` (move a sent work to the front) and, last,
-``close`` (finish what was sent, then exit). Child to parent: ``result`` (a call's outcome),
-``halted`` (a work not requested because its candidate's stop channel was closed by a fatal
-error), ``log`` (an AIMD change) and ``fail`` (the child's last words before exit status 1).
+the first work that uses it), ``tools`` (once per tool fixture, likewise), then ``work``,
+``urge`` (move a sent work to the front) and, last, ``close`` (finish what was sent, then
+exit). Child to parent: ``result`` (a call's outcome), ``halted`` (a work not requested because
+its candidate's stop channel was closed by a fatal error), ``log`` (an AIMD change) and
+``fail`` (the child's last words before exit status 1).
 
 A *stop channel* (``halt``) is a small integer the parent gives each (suite, candidate): the
 first request on a channel goes alone, and a fatal error on it closes the channel, so nothing
@@ -120,6 +121,17 @@ class EvalgateWireRequest(_EvalgateWireMessage):
     urgent: bool
     journal: str | None = None  # the journal folder of an answer to this work (or none)
     execution: dict[str, Any] | None = None  # scorer: code only (runner/execution.py)
+    dialogue: dict[str, Any] | None = None  # turns or a tool loop (dialogue/loop.py)
+
+
+@dataclass(frozen=True)
+class EvalgateWireTools(_EvalgateWireMessage):
+    """Names tool fixture ``index`` (``dialogue.fixture.evalgate_fixture_wire`` builtins) for
+    the tool-loop works that follow (sent once per fixture, before the first of them)."""
+
+    kind: ClassVar[str] = "tools"
+    index: int
+    fixture: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -187,7 +199,7 @@ class EvalgateWireFailure(_EvalgateWireMessage):
 
 EvalgateToChild = (
     EvalgateWireSetup | EvalgateWireEndpoint | EvalgateWireRequest | EvalgateWireUrge
-    | EvalgateWireClose
+    | EvalgateWireClose | EvalgateWireTools
 )  # fmt: skip
 EvalgateToParent = EvalgateWireResult | EvalgateWireHalted | EvalgateWireLog | EvalgateWireFailure
 
@@ -195,7 +207,7 @@ _TO_CHILD: dict[str, type[EvalgateToChild]] = {
     m.kind: m
     for m in (
         EvalgateWireSetup, EvalgateWireEndpoint, EvalgateWireRequest, EvalgateWireUrge,
-        EvalgateWireClose,
+        EvalgateWireClose, EvalgateWireTools,
     )
 }  # fmt: skip
 _TO_PARENT: dict[str, type[EvalgateToParent]] = {
@@ -211,7 +223,7 @@ def _nested(value: object) -> dict[str, Any]:
     raise TypeError(f"not a wire value: {type(value).__name__}")
 
 
-_OPTIONAL = frozenset({"execution"})
+_OPTIONAL = frozenset({"execution", "dialogue"})
 _M = TypeVar("_M", bound=_EvalgateWireMessage)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_nested)
 _DECODER = json.JSONDecoder()

@@ -10,11 +10,15 @@ state and assigns only its own attributes; the steps it calls (``prepare``, ``la
 from __future__ import annotations
 
 import gc
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_evalgate.dialogue.fixture import evalgate_fixture_wire
+from pytest_evalgate.dialogue.service import EvalgateToolServices
 from pytest_evalgate.endpoints.resolve import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.items import EvalgateItem
@@ -75,6 +79,7 @@ class EvalgateRunning:
         # runs prepared (generations claimed, stored records loaded) before the item loop: the
         # early start's suite, and an xdist worker's suites at the end of its collection
         self.ready_runs: dict[str, EvalgateSuiteRun] = {}
+        self.tool_services: list[EvalgateToolServices] = []  # started for tool suites
 
     @property
     def progress(self) -> EvalgateProgress | None:
@@ -150,7 +155,10 @@ class EvalgateRunning:
     def _launch(
         self, runs: Mapping[str, EvalgateSuiteRun], works: list[EvalgateWork], *, early: bool
     ) -> None:
-        """Start the endpoints, the segment writer and the runner on ``works``."""
+        """Start the endpoints, the tool fixtures' mock services, the segment writer and the
+        runner on ``works``."""
+        for run in runs.values():
+            self._start_tools(run)
         self.pool = EvalgateEndpointPool(self._options.request_log)
         self.runner = evalgate_make_runner(
             self.pool,
@@ -164,6 +172,15 @@ class EvalgateRunning:
             on_record=self._on_record,
         )
         self.runner.evalgate_start()
+
+    def _start_tools(self, run: EvalgateSuiteRun) -> None:
+        """A tool suite's fixture for the child, its mock services started (SPEC 17)."""
+        fixture = run.manifest.fixture
+        if fixture is None or run.tools is not None:
+            return
+        services = EvalgateToolServices(fixture, _tool_state_dir(self._options, run))
+        self.tool_services.append(services)
+        run.tools = evalgate_fixture_wire(fixture, services.evalgate_start())
 
     def evalgate_load_outcomes(self, items: list[EvalgateItem]) -> None:
         """Aggregate mode: each item shows its stored record."""
@@ -199,6 +216,8 @@ class EvalgateRunning:
             self._stop_judging()
             if self.pool is not None:
                 self.pool.evalgate_close()
+            for services in self.tool_services:
+                services.evalgate_stop()
 
     # -- judging (SPEC section 10; the stage is runner/judging.py) ---------------------------
 
@@ -260,6 +279,15 @@ class EvalgateRunning:
         finally:
             if self.judge_endpoints is not None:
                 self.judge_endpoints.evalgate_close()
+
+
+def _tool_state_dir(options: EvalgateOptions, run: EvalgateSuiteRun) -> str:
+    """Where a suite's mock services keep what outlives a run: beside a folder store (the
+    store's ``.tool-state/<suite>``), else under the system's temporary folder."""
+    root = options.store_root
+    if "://" in root:
+        root = os.path.join(tempfile.gettempdir(), "evalgate-store")
+    return os.path.join(root, ".tool-state", run.manifest.suite)
 
 
 def _missing() -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pytest_evalgate.endpoints.resolve import evalgate_check_endpoints
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.manifest.revision import EVALGATE_DEFINITION_ENV, evalgate_check_definition
 from pytest_evalgate.manifest.tiers import evalgate_chosen_policy
+from pytest_evalgate.manifest.tools import EVALGATE_ANSWER_SCORER_OPTION, EVALGATE_TOOLS_SCORER
 from pytest_evalgate.policy.load import (
     EvalgateSuitePolicy,
     evalgate_load_suite_policy,
@@ -65,7 +66,7 @@ def evalgate_load_suite(
     scorer = (
         evalgate_code_scorer(settings, path)
         if code
-        else evalgate_make_scorer(evaluator.scorer, settings, extra, path)
+        else evalgate_make_scorer(*evalgate_text_scorer(evaluator.scorer, settings), extra, path)
     )
     threshold = evalgate_threshold(settings, path)
     policy_path = evalgate_chosen_policy(manifest, options.policy, options.tier)
@@ -95,6 +96,16 @@ def evalgate_load_suite(
     if options.requests:
         _check_endpoints(manifest, options)
     return EvalgateSuite(manifest, scorer, threshold, execution, policy)
+
+
+def evalgate_text_scorer(name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The text scorer (name, options) a suite's answers are scored with: ``scorer: tools``
+    scores its final answers with ``options.answer_scorer`` (default ``contains``), the other
+    options going with it; any other scorer is itself."""
+    if name != EVALGATE_TOOLS_SCORER:
+        return name, options
+    rest = {key: value for key, value in options.items() if key != EVALGATE_ANSWER_SCORER_OPTION}
+    return str(options.get(EVALGATE_ANSWER_SCORER_OPTION, "contains")), rest
 
 
 def _check_shares(manifest: EvalgateManifest, topology: EvalgateTopology) -> None:

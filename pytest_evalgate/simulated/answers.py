@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
@@ -49,14 +50,18 @@ def evalgate_prompt_digest(messages_or_prompt: object) -> str:
 
 
 def evalgate_write_answer_key(
-    path: str | os.PathLike[str], rows: Iterable[tuple[object, str, str]]
+    path: str | os.PathLike[str], rows: Iterable[tuple[object, ...]]
 ) -> int:
-    """Write ``(messages_or_prompt, target, category)`` rows as an answer key; returns the count."""
+    """Write ``(messages_or_prompt, target, category)`` rows as an answer key, or
+    ``(messages_or_prompt, target, category, calls)`` for a tool case (``calls``: its expected
+    ``{"name", "arguments"}``, the tool style's plan); returns the count."""
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
-        for prompt, target, category in rows:
-            row = {"prompt_sha256": evalgate_prompt_digest(prompt), "target": target}
-            row["category"] = category
+        for prompt, target, category, *calls in rows:
+            row: dict[str, object] = {"prompt_sha256": evalgate_prompt_digest(prompt)}
+            row |= {"target": target, "category": category}
+            if calls:
+                row["calls"] = calls[0]
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     return count
@@ -86,6 +91,18 @@ def evalgate_load_answer_key(path: str | os.PathLike[str]) -> dict[str, tuple[st
             if key.setdefault(digest, (target, category)) != (target, category):
                 raise EvalgateConfigError(source, f"line {number}", f"conflicting row for {digest}")
     return key
+
+
+def evalgate_load_tool_plans(path: str | os.PathLike[str]) -> dict[str, tuple[Any, ...]]:
+    """The tool plans of an answer key: digest -> the row's ``calls`` (rows with them only;
+    the rows themselves were checked by ``evalgate_load_answer_key``)."""
+    plans: dict[str, tuple[Any, ...]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line) if line.strip() else {}
+            if isinstance(row.get("calls"), list):
+                plans[str(row["prompt_sha256"])] = tuple(row["calls"])
+    return plans
 
 
 # --------------------------------------------------------------------------- wrong answers

@@ -13,6 +13,7 @@ given at construction; this module never looks at an answer key.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ from pytest_evalgate.simulated.responses import (
 )
 from pytest_evalgate.simulated.slots import EvalgateSimSlots, evalgate_sim_after
 from pytest_evalgate.simulated.styles import EvalgateSimAnswerer, evalgate_sim_ask
+from pytest_evalgate.simulated.tool_style import EvalgateSimToolAnswerer
 
 _COMPLETIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text"}
 _CONTROL = ("/evalgate/stats", "/evalgate/reset")
@@ -77,10 +79,15 @@ class EvalgateSimApp:
     """Routing, counters and answers of one server; lives on the server's event loop only."""
 
     def __init__(
-        self, config: EvalgateSimConfig, answerer: EvalgateSimAnswerer, log: TextIO | None
+        self,
+        config: EvalgateSimConfig,
+        answerer: EvalgateSimAnswerer,
+        log: TextIO | None,
+        tooler: EvalgateSimToolAnswerer | None = None,
     ) -> None:
         self.config = config
         self.answerer = answerer
+        self.tooler = tooler  # requests that carry tools (tool_style.py)
         self.log = log
         self.connections: set[EvalgateSimProtocol] = set()
         self.arrivals = 0
@@ -228,4 +235,12 @@ class EvalgateSimApp:
         temperature = body.get("temperature")
         temperature = 1.0 if temperature is None else float(temperature)
         ask = evalgate_sim_ask(self.config, model, prompt, temperature, body.get("seed"))
-        return evalgate_sim_plan(self.config, self.answerer(ask), ask.salt, body)
+        tools = body.get("tools")
+        if kind != "chat" or not tools or not isinstance(tools, list) or self.tooler is None:
+            return evalgate_sim_plan(self.config, self.answerer(ask), ask.salt, body)
+        names = [str((tool.get("function") or {}).get("name")) for tool in tools]
+        reply = self.tooler(ask, names)
+        if isinstance(reply, str):
+            return evalgate_sim_plan(self.config, reply, ask.salt, body)
+        plan = evalgate_sim_plan(self.config, reply.evalgate_text(), ask.salt, body)
+        return dataclasses.replace(plan, finish="tool_calls", tool_calls=reply.calls)

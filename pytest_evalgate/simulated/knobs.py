@@ -40,6 +40,7 @@ _UNIT_KNOBS = frozenset(
 )
 _CODE_RATES = ("code_loop", "code_memory", "code_fork", "code_escape")  # code_style.py
 _UNIT_KNOBS |= frozenset(_CODE_RATES)
+_UNIT_KNOBS |= frozenset({"tool_accuracy", "tool_invalid", "tool_loop"})  # tool_style.py
 _CATEGORY_PREFIX = "accuracy."
 # Upper bounds of the unbounded knobs: a simulator told to wait 1e300 ms or to write 1e12 tokens
 # would overflow a timer or exhaust memory instead of refusing the URL.
@@ -101,6 +102,10 @@ class EvalgateSimConfig:
     # issue 30: the model name answers report (a renaming gateway, or other weights behind the
     # endpoint); None: the requested model, as servers do. Draws stay on the requested one.
     served_model: str | None = None
+    # issue 31: the tool-using style (simulated/tool_style.py), for requests that carry tools
+    tool_accuracy: float = 1.0
+    tool_invalid: float = 0.0
+    tool_loop: float = 0.0
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``), plus

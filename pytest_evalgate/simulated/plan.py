@@ -48,6 +48,7 @@ class EvalgateSimPlan:
     ttft_s: float
     tpot_s: float
     total_s: float
+    tool_calls: tuple[Mapping[str, str], ...] = ()  # the tool style's calls ({id, name, arguments})
 
     def usage(self) -> dict[str, int]:
         """The OpenAI ``usage`` object of this answer."""

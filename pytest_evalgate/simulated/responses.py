@@ -37,7 +37,10 @@ def evalgate_sim_full_body(kind: str, rid: str, model: str, plan: EvalgateSimPla
     """The whole (non-streamed) completion of ``plan``."""
     text = "".join(plan.tokens)
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": plan.finish}
-    if kind == "chat":
+    if kind == "chat" and plan.tool_calls:
+        calls = [_sim_call(call) for call in plan.tool_calls]
+        choice["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+    elif kind == "chat":
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
@@ -45,6 +48,11 @@ def evalgate_sim_full_body(kind: str, rid: str, model: str, plan: EvalgateSimPla
     body = {"id": rid, "object": obj, "created": int(time.time()), "model": model}
     body |= {"system_fingerprint": EVALGATE_SIM_OWNER, "choices": [choice], "usage": plan.usage()}
     return json.dumps(body).encode()
+
+
+def _sim_call(call: Mapping[str, str]) -> dict[str, Any]:
+    function = {"name": call["name"], "arguments": call["arguments"]}
+    return {"id": call["id"], "type": "function", "function": function}
 
 
 class EvalgateSimEventSink(Protocol):
@@ -84,9 +92,31 @@ class EvalgateSimStream:
             out += self.event([], usage=self.plan.usage())
         return out + b"data: [DONE]\n\n"
 
+    def calls(self) -> bytes:
+        """A tool-calling answer's deltas, as OpenAI streams them: per call, one event with
+        its id, name and the first half of its arguments, one with the rest."""
+        out = b""
+        for index, call in enumerate(self.plan.tool_calls):
+            text = call["arguments"]
+            half = len(text) // 2
+            head = {"index": index, "id": call["id"], "type": "function"}
+            head["function"] = {"name": call["name"], "arguments": text[:half]}
+            rest = {"index": index, "function": {"arguments": text[half:]}}
+            for number, piece in enumerate((head, rest)):
+                delta: dict[str, Any] = {"tool_calls": [piece]}
+                if index == 0 and number == 0:
+                    delta = {"role": "assistant", "content": None, **delta}
+                out += self.event(
+                    [{"index": 0, "logprobs": None, "finish_reason": None, "delta": delta}]
+                )
+        return out
+
     async def run(self, sink: EvalgateSimEventSink) -> None:
         """Write every event: first token after ``ttft_s``, each next after ``tpot_s``."""
         await asyncio.sleep(self.plan.ttft_s)
+        if self.plan.tool_calls and self.kind == "chat":
+            sink.write_events(self.calls() + self.tail())
+            return
         tokens = self.plan.tokens or ("",)
         if self.plan.tpot_s <= 0:  # no pacing: one write is far cheaper than one per token
             sink.write_events(b"".join(self.token(i, t, None) for i, t in enumerate(tokens)))

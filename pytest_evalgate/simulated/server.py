@@ -17,11 +17,12 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.simulated.answers import evalgate_load_answer_key
+from pytest_evalgate.simulated.answers import evalgate_load_answer_key, evalgate_load_tool_plans
 from pytest_evalgate.simulated.app import EvalgateSimApp
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig, evalgate_sim_base_url
 from pytest_evalgate.simulated.protocol import EvalgateSimProtocol
 from pytest_evalgate.simulated.styles import evalgate_sim_answerer
+from pytest_evalgate.simulated.tool_style import EvalgateSimPlans, evalgate_sim_tool_answerer
 
 _PARENT_POLL_S = 0.5
 
@@ -55,9 +56,13 @@ def _sim_load_key(answers: str | os.PathLike[str] | None) -> dict[str, tuple[str
 
 
 def _sim_app(
-    config: EvalgateSimConfig, key: dict[str, tuple[str, str]], log: TextIO | None
+    config: EvalgateSimConfig,
+    key: dict[str, tuple[str, str]],
+    log: TextIO | None,
+    plans: EvalgateSimPlans | None = None,
 ) -> EvalgateSimApp:
-    return EvalgateSimApp(config, evalgate_sim_answerer(config, key), log)
+    tooler = evalgate_sim_tool_answerer(config, key, plans or {})
+    return EvalgateSimApp(config, evalgate_sim_answerer(config, key), log, tooler)
 
 
 # --------------------------------------------------------------------------- in a thread
@@ -115,7 +120,8 @@ class EvalgateSimServer:
     async def _serve(self, key: dict[str, tuple[str, str]]) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         log = _sim_open_log(self._log_path)
-        self._app = _sim_app(self.config, key, log)
+        plans = {} if self._answers is None else evalgate_load_tool_plans(self._answers)
+        self._app = _sim_app(self.config, key, log, plans)
         try:
             await _sim_listen(self._app, self._want_port, self._on_ready, self._stop)
         finally:
@@ -197,7 +203,9 @@ def evalgate_sim_serve(
     key = _sim_key_for_serving(answers)
     log = _sim_log_for_serving(request_log)
     try:
-        asyncio.run(_sim_main(_sim_app(config, key, log), port, parent_pid, on_ready))
+        plans = {} if answers is None else evalgate_load_tool_plans(answers)
+        app = _sim_app(config, key, log, plans)
+        asyncio.run(_sim_main(app, port, parent_pid, on_ready))
     finally:
         if log is not None:
             log.close()

@@ -29,6 +29,7 @@ from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
 from pytest_evalgate.simulated.judge_style import evalgate_sim_judge_answerer
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
+from pytest_evalgate.simulated.tool_style import evalgate_sim_turn_digest
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,10 @@ def evalgate_sim_key_answerer(
     """The answer-key style (``answers.py``): the target with probability ``accuracy``."""
 
     def answer(ask: EvalgateSimAsk) -> str:
-        return evalgate_sim_keyed_answer(config, key, ask.digest, ask.salt).text
+        digest = ask.digest
+        if digest not in key and isinstance(ask.prompt, list):
+            digest = evalgate_sim_turn_digest(ask.prompt) or digest  # a conversation's turn
+        return evalgate_sim_keyed_answer(config, key, digest, ask.salt).text
 
     return answer
 

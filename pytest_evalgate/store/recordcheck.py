@@ -56,7 +56,8 @@ def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
     or null), ``attempts`` and ``shard`` (integers >= 0), ``error`` (null or category, status,
     message; an error record has no score), ``timing`` (finite seconds >= 0 or null),
     ``usage`` (token counts >= 0 or null), a code suite's ``sandbox`` facts and an imported
-    record's ``source`` (its fields, each a string)."""
+    record's ``source`` (its fields, each a string), a conversation's ``dialogue`` (its kind,
+    lists and end)."""
     problem = (
         _identity(record)
         or _scalars(record)
@@ -66,6 +67,7 @@ def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
         or _usage(record)
         or _sandbox(record)
         or _source(record)
+        or _dialogue(record)
     )
     return None if problem is None else f"malformed record: {problem}"
 
@@ -184,6 +186,25 @@ def _source(record: Mapping[str, object]) -> str | None:
     return (
         None if ok else f"source must hold {', '.join(sorted(EVALGATE_SOURCE_FIELDS))} as strings"
     )
+
+
+_DIALOGUE_LISTS = ("transcript", "steps", "calls", "invalid")
+_DIALOGUE_ENDS = frozenset({"answer", "max_steps", "max_tool_calls", "timeout", "error"})
+
+
+def _dialogue(record: Mapping[str, object]) -> str | None:
+    if "dialogue" not in record:
+        return None
+    facts = record["dialogue"]
+    ok = (
+        isinstance(facts, dict)
+        and facts.get("kind") in ("turns", "tools")
+        and all(isinstance(facts.get(key), list) for key in _DIALOGUE_LISTS)
+        and _is_int(facts.get("tool_calls"))
+        and facts.get("end") in _DIALOGUE_ENDS
+        and isinstance(facts.get("state"), dict)
+    )
+    return None if ok else "dialogue must hold kind, transcript, steps, calls, invalid, end, state"
 
 
 _JUDGMENT_KEYS = frozenset({"dataset_revision", "case_id", "candidate", "repetition", "order"})

@@ -34,9 +34,11 @@ EVALGATE_SERVED_FIELDS = frozenset({"model", "system_fingerprint"})
 response reported, string or null. Every record written since issue 30 holds both (null when
 the endpoint sent none); records written before lack them and stay valid."""
 
-EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox", "source"}) | EVALGATE_SERVED_FIELDS
+EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox", "source", "dialogue"}) | EVALGATE_SERVED_FIELDS
 """Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
-(``EvalgateSandboxFacts``), ``source`` for records imported from another harness
+(``EvalgateSandboxFacts``), ``dialogue`` for conversations and tool loops (SPEC 17: the
+transcript, steps, tool calls, the loop's end and mock state; ``dialogue.loop``), ``source``
+for records imported from another harness
 (``EvalgateSource``, ``evalgate import``), and ``EVALGATE_SERVED_FIELDS``, which older records
 lack. Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
 
@@ -194,6 +196,7 @@ class EvalgateRecord(TypedDict):
     model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
     source: NotRequired[EvalgateSource]
+    dialogue: NotRequired[dict[str, Any]]
 
 
 class EvalgateOutcome(TypedDict):
@@ -211,6 +214,7 @@ class EvalgateOutcome(TypedDict):
     sandbox: NotRequired[EvalgateSandboxFacts]
     model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
+    dialogue: NotRequired[dict[str, Any]]
 
 
 class EvalgateStandIn(TypedDict):
@@ -262,7 +266,9 @@ def evalgate_record_line(
     if error is None:
         score, passed = grade(outcome["output"] or "")
     sandbox = outcome.get("sandbox")
-    optional = {} if sandbox is None else {"sandbox": _sandbox_fields(sandbox)}
+    optional: dict[str, Any] = {} if sandbox is None else {"sandbox": _sandbox_fields(sandbox)}
+    if "dialogue" in outcome:
+        optional["dialogue"] = outcome["dialogue"]
     return evalgate_seal_line(
         {
             "identity": identity.evalgate_fields(),
