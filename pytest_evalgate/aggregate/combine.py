@@ -32,6 +32,7 @@ from pytest_evalgate.aggregate.code import (
     evalgate_sandbox_summary,
 )
 from pytest_evalgate.aggregate.contamination import evalgate_canary_identities
+from pytest_evalgate.aggregate.dialogue import EvalgateDialogueSummary, evalgate_dialogue_summary
 from pytest_evalgate.aggregate.judged import evalgate_judge_overlay
 from pytest_evalgate.aggregate.sources import SourceLedger
 from pytest_evalgate.aggregate.suitecheck import evalgate_expectation
@@ -142,6 +143,7 @@ class EvalgateAggregate:
     canary_identities: list[EvalgateIdentityFields] = field(default_factory=list)
     gate_input: EvalgateGateInput | None = None
     sandbox: EvalgateSandboxSummary | None = None  # scorer: code (aggregate_code.py)
+    dialogue: EvalgateDialogueSummary | None = None  # conversations, tools (aggregate.dialogue)
     # candidate -> the harness files its imported records came from (aggregate.sources)
     sources: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     missing_ids: list[str] = field(default_factory=list)  # the first missing identities
@@ -149,9 +151,11 @@ class EvalgateAggregate:
 
 def evalgate_column_path(manifest: EvalgateManifest) -> bool:
     """Whether aggregation streams ``manifest``'s store into columns: suites without a judge
-    and without ``scorer: code`` (the judge overlay and the sandbox facts need whole records).
+    and without ``scorer: code`` (the judge overlay and the sandbox facts need whole records),
+    and without conversations or tools (their per-slice counts read the records' ``dialogue``).
     The tests run the aggregation tests over both paths by replacing this function."""
-    return manifest.judged is None and manifest.sandbox is None
+    dialogue = manifest.fixture is not None or any(case.turns for case in manifest.cases)
+    return manifest.judged is None and manifest.sandbox is None and not dialogue
 
 
 def evalgate_aggregate(
@@ -196,6 +200,9 @@ def evalgate_aggregate(
     pass_at_k = manifest.evaluator.pass_at_k
     if manifest.sandbox is not None:
         aggregate.sandbox = evalgate_sandbox_summary(results.values(), errors, pass_at_k)
+    if not evalgate_column_path(manifest) and manifest.judged is None:
+        summary = evalgate_dialogue_summary(results.values())
+        aggregate.dialogue = summary or None
     if pair is not None and all(name in selection.candidates for name in pair):
         aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
         aggregate.flipped = _flipped(aggregate.gate_input)

@@ -39,6 +39,7 @@ from pytest_evalgate.attest.dsse import (
 from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.decision.approval import evalgate_approval_record
 from pytest_evalgate.decision.weights import evalgate_weights_record
+from pytest_evalgate.dialogue.transcript import evalgate_transcript_text
 from pytest_evalgate.errors import (
     EvalgateStoreError,
     EvalgateStorePathError,
@@ -150,6 +151,8 @@ def evalgate_decide(
     if aggregate.sandbox is not None:  # scorer: code only; unsandboxed: never attestable
         decision["sandbox"] = evalgate_code_record(aggregate.sandbox)
         decision["attestable"] = decision["attestable"] and aggregate.sandbox["sandboxed"]
+    if aggregate.dialogue is not None:  # conversations and tool loops: outcomes per slice
+        decision["dialogue"] = aggregate.dialogue
     approval_note = _approval(decision, trust, policy)
     weights = evalgate_weights_record(_weights_digest(decision), trust)
     candidate = manifest.candidates.get(policy.candidate)
@@ -373,7 +376,10 @@ def _outputs(
     for identity in sorted(view.results, key=lambda key: key.repetition):
         record = view.results[identity]
         case_id = identity.case_id
-        if case_id in ids and record.get("output") and case_id not in found:
+        facts = record.get("dialogue")
+        if case_id in ids and facts is not None and case_id not in found:
+            found[case_id] = evalgate_transcript_text(facts)  # the whole conversation
+        elif case_id in ids and record.get("output") and case_id not in found:
             found[case_id] = str(record["output"])
     return found
 

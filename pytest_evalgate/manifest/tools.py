@@ -2,8 +2,9 @@
 
 ``evalgate_manifest_tools(path, suite_dir, model, cases)`` loads the ``tools`` block's fixture
 (``dialogue.fixture``) and refuses, naming the file and key: ``scorer: tools`` without a
-``tools`` block or the reverse, tools or ``turns`` rows under ``api: completions``, ``turns``
-rows and ``expect`` rows in one suite with the wrong scorer, an ``expect`` that names a tool the
+``tools`` block, a ``tools`` block scored by another scorer than ``tools`` or ``judge`` (a
+judge reads the transcript), tools or ``turns`` rows under ``api: completions``, ``turns``
+rows under ``scorer: tools`` or ``code``, an ``expect`` that names a tool the
 fixture does not declare, and a turn's ``check`` that names no built-in scorer.
 ``evalgate_tools_definition`` is the definition digest's ``tools`` member: the fixture's
 revision and sha256 and the loop's limits (absent for suites without tools, so their digests

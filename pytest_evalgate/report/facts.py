@@ -21,7 +21,7 @@ from pytest_evalgate.report.shape import (
 _PAIRED = ("non_inferior", "must_improve", "pairwise", "no_regression")
 # Rules on the paired candidate-minus-baseline scale (the forest plot's axis).
 EVALGATE_DELTA_RULES = frozenset(_PAIRED)
-EVALGATE_FACT_KEYS = ("judge", "sandbox")
+EVALGATE_FACT_KEYS = ("judge", "sandbox", "dialogue")
 _FACTS_SHOWN = 60
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2e")
 

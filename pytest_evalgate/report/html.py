@@ -245,11 +245,22 @@ def _case_text(case_id: str, text: Mapping[str, str]) -> str:
     fields = (("input", "input"), ("target", "target"), ("baseline", "baseline output"),
               ("candidate", "candidate output"))  # fmt: skip
     items = "".join(
-        f"<dt>{escape(label)}</dt><dd>{escape(_cut(text.get(key, '')))}</dd>"
+        f"<dt>{escape(label)}</dt><dd>{_text_cell(key, text.get(key, ''))}</dd>"
         for key, label in fields
     )
     head = f"<dt>case</dt><dd>{_code(case_id)}</dd>"
     return f'<dl class="case-text" data-case="{escape(case_id)}">{head}{items}</dl>'
+
+
+def _text_cell(key: str, value: str) -> str:
+    # A conversation's transcript (one line per message) is collapsed per case: open to read.
+    if key in ("baseline", "candidate") and "\n" in value:
+        lines = value.count("\n") + 1
+        body = escape(value)
+        return (
+            f"<details><summary>transcript ({lines} messages)</summary><pre>{body}</pre></details>"
+        )
+    return escape(_cut(value))
 
 
 def _figure(svg: str, caption: str) -> str:

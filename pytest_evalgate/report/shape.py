@@ -218,6 +218,7 @@ class EvalgateDecision(TypedDict):
     perf_phase: NotRequired[EvalgatePerfPhaseRecord | None]
     judge: NotRequired[EvalgateJudgeRecord]
     sandbox: NotRequired[EvalgateSandboxSummary]  # scorer: code only
+    dialogue: NotRequired[dict[str, dict[str, dict[str, int]]]]  # conversations and tools only
     tier: NotRequired[dict[str, str | float | int | bool]]
     contamination: NotRequired[EvalgateContaminationRecord]
     policy_approval: NotRequired[EvalgatePolicyApprovalRecord]  # with a trust file only

@@ -37,6 +37,7 @@ from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
+from pytest_evalgate.dialogue.transcript import evalgate_transcript_text
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.judge.parse import (
     evalgate_parse_pairwise,
@@ -77,6 +78,15 @@ from pytest_evalgate.store.judgments import (
 
 _POLL_S = 0.02
 _Answers = Mapping[str, Any]  # a generation record (or a stand-in with an error)
+
+
+def evalgate_judged_answer(record: _Answers) -> str:
+    """What the judge reads as the answer: the output, or for a conversation or tool loop its
+    whole transcript (later user turns, every answer, each tool call and result; SPEC 17)."""
+    facts = record.get("dialogue")
+    if facts is not None:
+        return evalgate_transcript_text(facts)
+    return str(record.get("output") or "")
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,7 @@ class EvalgateJudgeStage:
         evaluator = suite.judged.evaluator
         text = evalgate_judge_input_text(case.prompt)
         messages = evalgate_pointwise_messages(
-            evaluator, text, record["output"] or "", case.target or None
+            evaluator, text, evalgate_judged_answer(record), case.target or None
         )
         key = EvalgateJudgmentKey(*identity, None)
         self._submit(_JudgeWork(path, suite, key, [record["checksum"]], None, messages), path)
@@ -186,7 +196,10 @@ class EvalgateJudgeStage:
         case = suite.cases[identity.case_id]
         text = evalgate_judge_input_text(case.prompt)
         both = evalgate_pairwise_orders(
-            suite.judged.evaluator, text, first["output"] or "", second["output"] or ""
+            suite.judged.evaluator,
+            text,
+            evalgate_judged_answer(first),
+            evalgate_judged_answer(second),
         )
         answers = [first["checksum"], second["checksum"]]
         for order, messages in zip(EVALGATE_JUDGE_ORDERS, both, strict=True):

@@ -151,7 +151,8 @@ class EvalgateWork:
         """``evalgate_seal`` and the record's segment line (``store.evalgate_record_line``)."""
         code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
         grade = evalgate_code_grade(outcome) if code else self.evalgate_grade
-        if "dialogue" in outcome and outcome["error"] is None:
+        judged = self.suite.manifest.judged is not None  # its judge reads the transcript
+        if "dialogue" in outcome and outcome["error"] is None and not judged:
             suite = self.suite
             outcome, grade = evalgate_dialogue_graded(
                 self.case, suite.manifest, suite.scorer, suite.threshold, outcome
