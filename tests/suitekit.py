@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from pytest_evalgate.endpoints.resolve import evalgate_answer_rows
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.simulated import evalgate_write_answer_key
 
@@ -100,6 +101,5 @@ def write_answer_key(manifest_path: Path, key_path: Path) -> Path:
     """The simulator's answer key for a suite (what ``simulated://`` URLs get automatically),
     for tests that start a standalone simulator; returns ``key_path``."""
     manifest = evalgate_load_manifest(str(manifest_path))
-    rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in manifest.cases)
-    evalgate_write_answer_key(key_path, rows)
+    evalgate_write_answer_key(key_path, evalgate_answer_rows(manifest))
     return key_path

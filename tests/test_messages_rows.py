@@ -81,7 +81,7 @@ def test_malformed_messages_name_the_file_line_and_key(tmp_path: Path, messages:
 def test_a_row_with_both_input_and_messages_is_refused(tmp_path: Path) -> None:
     rows = _rows(1)
     rows[0]["input"] = "also this"
-    with pytest.raises(EvalgateConfigError, match="exactly one of input or messages"):
+    with pytest.raises(EvalgateConfigError, match="exactly one of input, messages or turns"):
         evalgate_load_manifest(str(_manifest(tmp_path, rows)))
 
 
