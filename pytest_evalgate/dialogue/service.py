@@ -10,12 +10,14 @@ idempotency keys it applied, so a resumed run never applies an effect twice). It
 service that exits or does not answer in time is stopped and refused with
 ``EvalgateConfigError`` naming the fixture, the tool and its output's tail, before any request.
 It returns tool name -> base URL. ``evalgate_stop()`` ends every process it started (by PID:
-SIGTERM, then SIGKILL after 5 s).
+SIGTERM, then SIGKILL after 5 s); on Linux a service also gets SIGTERM when the process that
+started it dies (``PR_SET_PDEATHSIG``), so a SIGKILLed run leaves none behind.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from pytest_evalgate.errors import EvalgateConfigError
 EVALGATE_TOOL_PORT_ENV = "PYTEST_EVALGATE_TOOL_PORT"
 EVALGATE_TOOL_STATE_ENV = "PYTEST_EVALGATE_TOOL_STATE"
 _POLL_S = 0.05
+_PR_SET_PDEATHSIG = 1
 
 
 class EvalgateToolServices:
@@ -69,7 +72,9 @@ class EvalgateToolServices:
         log = os.path.join(self._state_dir, f"{tool.name}.service.log")
         with open(log, "ab") as out:
             try:
-                process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=out)
+                process = subprocess.Popen(
+                    command, cwd=cwd, env=env, stdout=out, stderr=out, preexec_fn=_die_with_parent
+                )
             except OSError as exc:
                 self._refuse(index, tool, f"cannot start {command[0]!r}: {exc.strerror}")
         self._processes.append(process)
@@ -111,6 +116,15 @@ class EvalgateToolServices:
                 process.kill()
                 process.wait()
         self._processes.clear()
+
+
+def _die_with_parent() -> None:
+    # Linux: the service gets SIGTERM when the process that started it dies (a SIGKILLed pytest
+    # must not leave mock services behind); elsewhere a no-op, and evalgate_stop ends them.
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_port() -> int:

@@ -33,11 +33,11 @@ def evalgate_manifest_tools(
 ) -> EvalgateToolFixture | None:
     """The suite's loaded tool fixture (None without a ``tools`` block); see the docstring."""
     scorer = model.evaluator.scorer
-    if (scorer == EVALGATE_TOOLS_SCORER) != (model.tools is not None):
-        reason = "scorer 'tools' and a tools block go together (one is missing)"
-        raise EvalgateConfigError(
-            path, "tools" if model.tools is None else "evaluator.scorer", reason
-        )
+    if scorer == EVALGATE_TOOLS_SCORER and model.tools is None:
+        raise EvalgateConfigError(path, "tools", "scorer 'tools' needs a tools block")
+    if model.tools is not None and scorer not in (EVALGATE_TOOLS_SCORER, "judge"):
+        reason = "a tools block is scored by scorer 'tools' (or 'judge', reading the transcript)"
+        raise EvalgateConfigError(path, "evaluator.scorer", reason)
     _check_turns(path, model, cases)
     if model.tools is None:
         return None
@@ -70,7 +70,12 @@ def _check_turns(path: str, model: EvalgateManifestSchema, cases: Sequence[Evalg
             if name not in EVALGATE_BUILTIN_SCORERS:
                 reason = f"check.scorer must be a built-in scorer {list(EVALGATE_BUILTIN_SCORERS)}"
                 raise EvalgateConfigError(model.dataset.path, f"{where}: turns[{number}]", reason)
-            evalgate_make_scorer(name, turn.check.get("options", {}), {}, model.dataset.path)
+            scorer = evalgate_make_scorer(name, turn.check.get("options", {}), {}, path)
+            try:  # a target the check cannot read (numeric: no number) is refused at load
+                scorer(turn.target or "", turn.target or "")
+            except EvalgateConfigError as exc:
+                where_turn = f"{where}: turns[{number}].target"
+                raise EvalgateConfigError(model.dataset.path, where_turn, exc.reason) from None
     if model.evaluator.turns is not None and not any(case.turns for case in cases):
         raise EvalgateConfigError(path, "evaluator.turns", "no dataset row has turns")
 

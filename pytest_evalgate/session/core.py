@@ -195,6 +195,8 @@ class EvalgatePlugin:
         self.early = False  # one suite only (early.py); a second one waits for the item loop
         if suite.manifest.judged is not None or not self.selector.evalgate_loads(path):
             return  # judged: the judging stage starts with the item loop, sees every answer
+        if suite.manifest.fixture is not None:
+            return  # tools: the mock services start with the item loop (a refusal is exit 4)
         self.running.evalgate_start_early(path, suite)
 
     # -- running ----------------------------------------------------------------------------
@@ -236,6 +238,8 @@ class EvalgatePlugin:
         except EvalgateStorePathError as exc:
             # nothing was requested or committed: the store would lead writes outside it
             pytest.exit(_refused(exc), returncode=1)
+        except EvalgateConfigError as exc:  # a tool fixture's mock service did not start
+            raise pytest.UsageError(str(exc)) from None
         if not started:
             return  # every identity is committed: no endpoint is started, nothing is requested
         if self._gates() and not self.options.worker:
