@@ -30,6 +30,7 @@ KNOBS = (
     "judge", "position_bias", "verbosity_bias", "unparseable_rate",  # the simulated judge's
     "fault",  # issue 19: misbehaving answers
     "served_model",  # issue 30: answers under another model name
+    "tool_accuracy", "tool_invalid", "tool_loop",  # issue 31: the tool-using style
 )  # fmt: skip
 
 

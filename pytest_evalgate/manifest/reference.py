@@ -33,7 +33,8 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "prompt.template": "the user message: `{input}` and other row fields in braces",
     "evaluator": "how an answer is scored",
     "evaluator.revision": "the evaluator's revision; part of the definition digest",
-    "evaluator.scorer": "exact, normalized, contains, regex, numeric, code, judge or python:MOD:FN",
+    "evaluator.scorer": "exact, normalized, contains, regex, numeric, code, judge, tools, python:",
+    "evaluator.turns": "`turns` rows: a case scores the share of passing turns, or 1/0 with all",
     "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance)",
     "evaluator.language": "`scorer: code` only: the language of the answer's code",
     "evaluator.extract": "`scorer: code` only: how the code is taken from the answer",
@@ -110,6 +111,12 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "sandbox.file_size_mb": "largest file one run may write",
     "sandbox.work_mb": "the run's scratch space",
     "sandbox.runtime_class": "the Kubernetes RuntimeClass of rendered sandbox pods (e.g. gvisor)",
+    "tools": "tool calling (docs/dialogue.md): the fixture and the loop's limits",
+    "tools.fixture": "the tool fixture file, beside the manifest (tools, schemas, answers)",
+    "tools.revision": "must equal the fixture's `revision`; in the definition digest",
+    "tools.max_steps": "model calls one identity's loop may make (then `max_steps`)",
+    "tools.max_tool_calls": "tool calls one identity's loop may make (then `max_tool_calls`)",
+    "tools.timeout_s": "wall time of one identity's loop (then `timeout`)",
 }
 
 _HEAD = """# Manifest reference (`evalgate.yaml`)
@@ -118,7 +125,8 @@ Generated from the schema (`pytest_evalgate/manifest/reference.py`); do not edit
 `PYTEST_EVALGATE_WRITE_REFERENCE=1 python -m pytest tests/test_reference.py` rewrites it, and the
 test fails while it differs from the code. Every key is refused when unknown, and every
 refusal names the file, the key and the reason (exit 4, before any request). Dataset rows,
-policies and judges: docs/architecture.md, docs/judges.md, SPEC sections 3-10.
+policies and judges: docs/architecture.md, docs/judges.md, SPEC sections 3-10; conversations
+(`turns`, `messages`), tool fixtures and `expect`: docs/dialogue.md.
 
 | key | type | required | default | bounds | meaning |
 |---|---|---|---|---|---|

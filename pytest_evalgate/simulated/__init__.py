@@ -13,6 +13,9 @@ One job per module, imports flowing down this list:
   allocating, forking or escaping code at the knobs' rates; ``code_echo=1`` echoes the prompt.
 - ``judge_style``: the simulated judge (``judge=1``): ``judge.simjudge``'s verdicts, truth from
   the answer key.
+- ``tool_style``: the tool-using style (requests that carry ``tools``): the next planned call
+  from the answer key's tool plans, then the keyed answer; ``tool_accuracy``, ``tool_invalid``
+  and ``tool_loop`` knobs; a conversation's turn answered by its last user message.
 - ``styles``: the answer seam: :class:`EvalgateSimAsk` in, answer text out; picks the style.
 - ``plan``: tokens, padding, truncation, usage and timings of one answer.
 - ``faults``: which completion request fails, and how.
