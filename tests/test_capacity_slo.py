@@ -271,3 +271,86 @@ def test_equal_servers_pass(tmp_path: Path) -> None:
     assert rule.passed, rule.reason
     assert rule.estimate == 1.0
     assert "candidate 20/s" in rule.reason and "baseline 20/s" in rule.reason
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def test_a_gate_run_records_both_rates_and_plan_sizes_replicas(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pytest --evalgate`` with two ``simulated://`` models (their own processes), one with
+    half the service slots: the gate fails on capacity, decision.json holds the sweep and both
+    rates, and ``evalgate plan --decision`` sizes replicas from the candidate's rate."""
+    from suitekit import make_cases, write_suite
+
+    from pytest_evalgate.cli import main
+
+    knobs = "ttft_ms=100&tpot_ms=20&output_tokens=4"
+    policy = {
+        "version": "capacity-1",
+        "rules": [
+            {
+                "metric": "max_rate_at_slo",
+                "rule": "perf_ratio_min",
+                "min_ratio": 0.95,
+                "slo": {"ttft_p95_s": 0.5, "tpot_p95_s": 0.05},
+            }
+        ],
+    }
+    perf = {
+        "prompts": "prompts.jsonl",
+        "rate": 5.0,
+        "duration_s": 2.0,
+        "warmup_s": 0.5,
+        "sweep": [5.0, 10.0, 20.0],
+    }
+    candidates = {
+        "candidate": f"simulated://?{knobs}&service_slots=2",
+        "baseline": f"simulated://?{knobs}&service_slots=4",
+    }
+    path = write_suite(
+        pytester.path / "suite",
+        candidates,
+        cases=make_cases(["alpha"], 4),
+        policy=policy,
+        extra={"perf": perf},
+    )
+    rows = "".join(json.dumps({"input": f"question {i}"}) + "\n" for i in range(8))
+    (path.parent / "prompts.jsonl").write_text(rows, encoding="utf-8")
+    report = pytester.path / "report"
+    result = pytester.runpytest(
+        "--evalgate", str(path.parent), f"--evalgate-report={report}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 1, result.stdout.str()
+    decision = json.loads((report / "decision.json").read_text(encoding="utf-8"))
+    assert decision["verdict"] == "fail"
+    (rule,) = decision["rules"]
+    assert "candidate 10/s" in rule["reason"] and "baseline 20/s" in rule["reason"]
+    (entry,) = decision["perf_phase"]["max_rate_at_slo"]
+    assert entry["rates"] == {"candidate": 10.0, "baseline": 20.0}
+    assert entry["slo"] == {"ttft_p95_s": 0.5, "tpot_p95_s": 0.05}
+    steps = decision["perf_phase"]["sweep"]
+    assert [s["requested_rate"] for s in steps] == [5.0, 10.0, 20.0]
+    assert all(s["achieved_rate"]["candidate"] > 0 for s in steps)
+    capsys.readouterr()
+    argv = ["plan", "--decision", str(report / "decision.json"), "--target-rate", "45"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "one replica sustains 10 requests/s (candidate; measured: " in out
+    assert "baseline 20/s, candidate 10/s)" in out
+    assert "  replicas for 45 requests/s: 5" in out
+
+
+def test_plan_refuses_a_decision_without_a_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_evalgate.cli import main
+
+    path = tmp_path / "decision.json"
+    path.write_text(json.dumps({"perf_phase": None}), encoding="utf-8")
+    assert main(["plan", "--decision", str(path), "--target-rate", "10"]) == 4
+    err = capsys.readouterr().err
+    assert f"{path}: perf_phase.max_rate_at_slo: no capacity sweep recorded" in err
+    assert main(["plan", "--decision", str(path)]) == 4
+    assert "--decision and --target-rate go together" in capsys.readouterr().err

@@ -196,6 +196,7 @@ def _rates_at_slo(policy: EvalgateSuitePolicy, gate_input: Any) -> list[dict[str
         sides = zip(policy.pair, (verdict.candidate, verdict.baseline), strict=True)
         out.append({
             "rule": f"rules[{rule.index}]",
+            "candidate": policy.pair[0],
             "slo": {"ttft_p95_s": rule.slo[0], "tpot_p95_s": rule.slo[1]},
             "rates": {name: None if r is None else r.rate for name, r in sides},
             "ratio": verdict.ratio if verdict.evaluated else None,

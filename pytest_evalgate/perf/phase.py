@@ -264,7 +264,7 @@ def _step(result: EvalgatePerfResult, limits: tuple[float, float, float]) -> Ste
     return Step(
         requested_rate=result.requested_rate,
         scheduled_rate=result.scheduled_rate,
-        achieved_rate=dict(result.achieved_rate),
+        achieved_rate={name: float(rate) for name, rate in result.achieved_rate.items()},
         ttft_p95_s=_p95(result, "ttft"),
         tpot_p95_s=_p95(result, "tpot"),
         completed=dict(result.completed),
