@@ -49,9 +49,6 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
             "else eval-release-candidate)",
         )
         command.add_argument("--sku", help="serving SKU (ResourceFlavor) of the sidecar's pods")
-        command.add_argument(
-            "--kueue", action="store_true", help="print the Kueue topology objects too"
-        )
         command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
         command.add_argument(
             "--weights-claim",
@@ -59,6 +56,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
             "instead of the pins.weights_image image volume",
         )
         evalgate_s3_arguments(command)
+    sub.choices["render"].add_argument(
+        "--kueue", action="store_true", help="print the Kueue topology objects first"
+    )
     run = sub.choices["run"]
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     run.add_argument("--context", help="kubeconfig context")
@@ -86,11 +86,11 @@ def _run(args: argparse.Namespace) -> bool:
     from pytest_evalgate.k8s.run import evalgate_api, evalgate_run
 
     objects = _render(args)
-    if args.kueue:
-        from pytest_evalgate.k8s.kueue import objects as kueue_objects
-
-        objects = [*kueue_objects(), *objects]
     if args.k8s_command == "render":
+        if args.kueue:  # render only: `run` submits Jobs, the queues are installed once
+            from pytest_evalgate.k8s.kueue import objects as kueue_objects
+
+            objects = [*kueue_objects(), *objects]
         sys.stdout.write(evalgate_to_yaml(objects))
         return True
     api = evalgate_api(args.kubeconfig, args.context)
