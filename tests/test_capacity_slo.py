@@ -333,6 +333,10 @@ def test_a_gate_run_records_both_rates_and_plan_sizes_replicas(
     steps = decision["perf_phase"]["sweep"]
     assert [s["requested_rate"] for s in steps] == [5.0, 10.0, 20.0]
     assert all(s["achieved_rate"]["candidate"] > 0 for s in steps)
+    markdown = (report / "report.md").read_text(encoding="utf-8")
+    assert "### Capacity sweep (open loop, both models over the same windows)" in markdown
+    assert "tpot p95 <= 0.05 s): baseline 20/s, candidate 10/s." in markdown
+    assert "| 20/s | candidate | 20.00/s |" in markdown  # sent as requested: open loop
     capsys.readouterr()
     argv = ["plan", "--decision", str(report / "decision.json"), "--target-rate", "45"]
     assert main(argv) == 0
