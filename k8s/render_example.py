@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from pytest_evalgate.k8s import kueue
 from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render, evalgate_to_yaml
 
 K8S_DIR = Path(__file__).resolve().parent
@@ -25,6 +26,7 @@ EXAMPLE_SHARDS = 4
 EXAMPLE_IMAGE = "registry.example/evalgate:0.1.0"
 EXAMPLE_SERVING_IMAGE = "registry.example/vllm-openai@sha256:" + "0" * 64
 EXAMPLE_WEIGHTS_DIGEST = "sha256:" + "1" * 64
+EXAMPLE_SKU = "serving-h100-80gb"
 EXAMPLE_WEIGHTS_IMAGE = "registry.example/models/example-r2@" + EXAMPLE_WEIGHTS_DIGEST
 
 
@@ -64,9 +66,19 @@ class ExampleManifest:
     )
 
 
+KUEUE_HEADER = """\
+# The eval cluster's Kueue topology (pytest_evalgate/k8s/kueue.py, docs/kubernetes.md): a Cohort
+# shared with training, a ResourceFlavor per serving SKU, the GPU serving ClusterQueue (reserved
+# floor + borrowing, in the cohort), the CPU workers' ClusterQueue, their LocalQueues and three
+# WorkloadPriorityClasses. Jobs are created suspended; Kueue unsuspends them when the queue has
+# quota for all N pods at once.
+"""
+
+
 def example_objects(serving_sidecar: bool) -> list[dict[str, Any]]:
     """The example suite's rendered worker and aggregation Jobs."""
-    options = EvalgateRenderOptions(suite_path="suites/example")
+    selector = kueue.sku_selector(kueue.Topology(), EXAMPLE_SKU) if serving_sidecar else None
+    options = EvalgateRenderOptions(suite_path="suites/example", node_selector=selector)
     return evalgate_render(
         ExampleManifest(), EXAMPLE_SHARDS, EXAMPLE_IMAGE, serving_sidecar, options=options
     )
@@ -79,10 +91,19 @@ def sidecar_patch() -> list[dict[str, Any]]:
     extra_env = pod["containers"][0]["env"][len(base["containers"][0]["env"]) :]
     extra_volumes = pod["volumes"][len(base["volumes"]) :]
     prefix = "/spec/template/spec"
-    ops = [{"op": "add", "path": f"{prefix}/initContainers", "value": pod["initContainers"]}]
+    label = kueue_label_op()
+    ops = [label, {"op": "add", "path": f"{prefix}/initContainers", "value": pod["initContainers"]}]
+    if "nodeSelector" in pod:
+        ops.append({"op": "add", "path": f"{prefix}/nodeSelector", "value": pod["nodeSelector"]})
     ops += [{"op": "add", "path": f"{prefix}/containers/0/env/-", "value": e} for e in extra_env]
     ops += [{"op": "add", "path": f"{prefix}/volumes/-", "value": v} for v in extra_volumes]
     return ops
+
+
+def kueue_label_op() -> dict[str, Any]:
+    """The sidecar worker Job's queue: GPU serving, not the CPU workers' queue."""
+    queue = example_objects(True)[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    return {"op": "replace", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": queue}
 
 
 def expected_files() -> dict[Path, str]:
@@ -92,6 +113,7 @@ def expected_files() -> dict[Path, str]:
     return {
         K8S_DIR / "base" / "job-workers.yaml": header + evalgate_to_yaml([workers]),
         K8S_DIR / "base" / "job-aggregate.yaml": header + evalgate_to_yaml([aggregate]),
+        K8S_DIR / "base" / "kueue.yaml": header + KUEUE_HEADER + evalgate_to_yaml(kueue.objects()),
         K8S_DIR / "overlays" / "gpu-sidecar" / "sidecar-patch.yaml": header
         + "---\n"
         + yaml.safe_dump(sidecar_patch(), sort_keys=False),

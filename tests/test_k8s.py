@@ -2,7 +2,7 @@
 
 Built-in kinds validate with ``kubernetes_validate`` (strict, 1.30.0 and 1.33.0). Kueue kinds
 validate against the CRDs in ``../shared/crds`` (turned into JSON Schema by ``crdkit``; skipped
-with a reason when that folder is absent); ResourceFlavor against a small hand-written schema. No
+with a reason when that folder is absent). No
 kustomize binary exists here, so ``_kustomize_build`` applies the subset this tree uses:
 ``resources`` (files and directories) and ``patches`` holding JSON6902 operations.
 """
@@ -143,34 +143,6 @@ def test_kustomize_subset_applies_and_refuses() -> None:
 # --- validation --------------------------------------------------------------------------------
 
 
-# No CRD for ResourceFlavor ships in shared/: this covers the v1beta1 spec fields by hand.
-_RESOURCE_FLAVOR = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "metadata"],
-    "additionalProperties": False,
-    "properties": {
-        "apiVersion": {"const": "kueue.x-k8s.io/v1beta1"},
-        "kind": {"const": "ResourceFlavor"},
-        "metadata": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {"name": {"type": "string"}, "labels": {"type": "object"}},
-            "additionalProperties": False,
-        },
-        "spec": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "nodeLabels": {"type": "object", "additionalProperties": {"type": "string"}},
-                "nodeTaints": {"type": "array", "items": {"type": "object"}},
-                "tolerations": {"type": "array", "items": {"type": "object"}},
-                "topologyName": {"type": "string"},
-            },
-        },
-    },
-}
-
-
 @pytest.fixture(scope="module")
 def crd_schemas() -> dict[tuple[str, str], JSON]:
     if not CRDS.is_dir():
@@ -181,9 +153,6 @@ def crd_schemas() -> dict[tuple[str, str], JSON]:
 def _validate(obj: JSON, crd_schemas: dict[tuple[str, str], JSON]) -> None:
     """Raise if ``obj`` does not validate (strictly) for every supported Kubernetes version."""
     if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
-        if obj["kind"] == "ResourceFlavor":
-            jsonschema.validate(obj, _RESOURCE_FLAVOR)
-            return
         jsonschema.validate(obj, crd_schemas[(obj["apiVersion"], obj["kind"])])
         return
     for version in SIDECAR_K8S_VERSIONS if _has_image_volume(obj) else K8S_VERSIONS:
@@ -207,12 +176,14 @@ def test_base_lists_the_objects_the_spec_asks_for() -> None:
         assert ("NetworkPolicy", f"evalgate-allow-{allowance}") in kinds
     for kind in ("ServiceAccount", "ResourceFlavor", "ClusterQueue", "LocalQueue", "PriorityClass"):
         assert kind in {k for k, _ in kinds}
+    assert ("Cohort", "training") in kinds
+    assert ("WorkloadPriorityClass", "eval-checkpoint") in kinds
     assert ("PersistentVolumeClaim", "evalgate-store") in kinds
     assert ("Job", "evalgate-example") in kinds and ("Job", "evalgate-example-aggregate") in kinds
     assert all(
-        o["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+        o["apiVersion"] == "kueue.x-k8s.io/v1beta2"
         for o in _base_objects()
-        if o["kind"] in ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+        if o["kind"] in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort")
     )
 
 

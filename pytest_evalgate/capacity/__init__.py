@@ -1,5 +1,5 @@
 """capacity: `evalgate plan` arithmetic (`plan`, `store`) and `evalgate probe` (`probe`,
-`probe_load`).
+`probe_load`, `server_metrics`).
 
 Imports (docs/architecture.md, checked by tests/test_layering.py): client, errors, manifest,
 perf, store.

@@ -13,6 +13,11 @@ Contracts (``docs/capacity.md`` writes them out with the seed's example):
   baseline's included, are reused), with their share of tokens and replica-seconds.
 - **Replicas for a target wall time** T: the smallest N with replica-seconds / N <= T, i.e.
   ``ceil(replica_seconds / T)``, at least 1.
+- **Replicas for a target load** R (requests/s): the fewest N with N x r >= R, where r is the
+  candidate's max rate at the SLO (``max_rate_at_slo``: the highest swept arrival rate at which
+  one replica, the one endpoint the load phase calls, met the SLO), i.e. ``ceil(R / r)``, at
+  least 1. The decision records r (``perf_phase.max_rate_at_slo``): the autoscaler's
+  per-replica number.
 - The **measured rate** of a stored run is its output tokens over its busy time, the length of
   the union of its requests' ``[started_at, finished_at]`` intervals (so pauses between resumed
   runs do not count), divided over the candidate's endpoint replicas (its base URLs). It is what
@@ -25,9 +30,10 @@ Pure: no I/O, no printing.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 
@@ -112,6 +118,48 @@ def evalgate_replicas_for(replica_s: float, target_s: float) -> int:
     _check_positive("--target-hours", target_s)
     # a hair of tolerance so that 8000 s over a 1000 s target is 8 replicas, not 9 from rounding
     return max(1, math.ceil(replica_s / target_s - 1e-9))
+
+
+@dataclass(frozen=True)
+class RateAtSlo:
+    """A ``max_rate_at_slo`` rule's figures as a decision records them."""
+
+    rule: str
+    candidate: str
+    ttft_p95_s: float
+    tpot_p95_s: float
+    rates: Mapping[str, float | None]
+
+
+def rates_at_slo(decision: Mapping[str, Any], source: str) -> list[RateAtSlo]:
+    """The max rates at the SLO a decision record holds (``perf_phase.max_rate_at_slo``);
+    ``EvalgateConfigError(source, key, reason)`` when it holds none or they are malformed."""
+    key = "perf_phase.max_rate_at_slo"
+    phase = decision.get("perf_phase")
+    entries = phase.get("max_rate_at_slo") if isinstance(phase, Mapping) else None
+    if not isinstance(entries, list) or not entries:
+        reason = "no capacity sweep recorded (a max_rate_at_slo rule and perf.sweep make one)"
+        raise EvalgateConfigError(source, key, reason)
+    try:
+        return [
+            RateAtSlo(
+                str(e["rule"]),
+                str(e["candidate"]),
+                float(e["slo"]["ttft_p95_s"]),
+                float(e["slo"]["tpot_p95_s"]),
+                {str(n): None if r is None else float(r) for n, r in e["rates"].items()},
+            )
+            for e in entries
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise EvalgateConfigError(source, key, f"malformed entry: {error!r}") from None
+
+
+def replicas_for_rate(target_rate: float, per_replica: float) -> int:
+    """The fewest replicas that sustain ``target_rate`` requests/s at ``per_replica`` each."""
+    _check_positive("--target-rate", target_rate)
+    _check_positive("max rate at the SLO per replica", per_replica)
+    return max(1, math.ceil(target_rate / per_replica - 1e-9))
 
 
 def evalgate_busy_seconds(intervals: Iterable[tuple[float, float]]) -> float:

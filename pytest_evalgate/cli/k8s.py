@@ -1,6 +1,11 @@
 """``evalgate k8s render|run SUITE --image IMAGE ...``: print a suite's Indexed Job and
 aggregation Job as YAML, or submit them, follow every completion index and aggregate.
 
+``--tier NAME`` renders a tier's run (``--evalgate-tier=NAME``) at the ``eval-checkpoint``
+Kueue priority, the full suite runs at ``eval-release-candidate`` (``--priority`` overrides);
+sidecar workers go to the GPU serving queue, CPU Jobs to ``--queue``; ``--sku`` pins the
+sidecar's pods to one serving SKU; ``--kueue`` prints the Kueue topology before the Jobs.
+
 ``run`` passes when both Jobs completed; a failed Job, or an API that is unreachable or refuses
 (``EvalgateK8sError``), exits 1. A bad manifest, a plan for another N or an unpinned serving
 image exit 4 before anything is submitted.
@@ -31,7 +36,19 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--image", required=True, help="harness image (suite inside)")
         command.add_argument("--serving-sidecar", action="store_true", help="GPU sidecar")
         command.add_argument("--namespace", default="evalgate")
-        command.add_argument("--queue", default="evalgate", help="Kueue LocalQueue ('' = none)")
+        command.add_argument(
+            "--queue", default="evalgate", help="CPU Jobs' Kueue LocalQueue ('' = no Kueue)"
+        )
+        command.add_argument(
+            "--serving-queue", default="evalgate-serving", help="GPU sidecar workers' LocalQueue"
+        )
+        command.add_argument("--tier", help="run this tier only (checkpoint priority)")
+        command.add_argument(
+            "--priority",
+            help="Kueue WorkloadPriorityClass (default: eval-checkpoint with --tier, "
+            "else eval-release-candidate)",
+        )
+        command.add_argument("--sku", help="serving SKU (ResourceFlavor) of the sidecar's pods")
         command.add_argument("--store-claim", default="evalgate-store", help="store PVC name")
         command.add_argument(
             "--weights-claim",
@@ -39,6 +56,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
             "instead of the pins.weights_image image volume",
         )
         evalgate_s3_arguments(command)
+    sub.choices["render"].add_argument(
+        "--kueue", action="store_true", help="print the Kueue topology objects first"
+    )
     run = sub.choices["run"]
     run.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     run.add_argument("--context", help="kubeconfig context")
@@ -67,6 +87,10 @@ def _run(args: argparse.Namespace) -> bool:
 
     objects = _render(args)
     if args.k8s_command == "render":
+        if args.kueue:  # render only: `run` submits Jobs, the queues are installed once
+            from pytest_evalgate.k8s.kueue import objects as kueue_objects
+
+            objects = [*kueue_objects(), *objects]
         sys.stdout.write(evalgate_to_yaml(objects))
         return True
     api = evalgate_api(args.kubeconfig, args.context)
@@ -74,6 +98,7 @@ def _run(args: argparse.Namespace) -> bool:
 
 
 def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from pytest_evalgate.k8s import kueue
     from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
     from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.shard.plan import evalgate_manifest_plan
@@ -91,7 +116,12 @@ def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
         namespace=args.namespace,
         queue=args.queue or None,
         options=EvalgateRenderOptions(
-            suite_path=args.suite.rstrip("/"), weights_claim=args.weights_claim
+            suite_path=args.suite.rstrip("/"),
+            weights_claim=args.weights_claim,
+            serving_queue=args.serving_queue,
+            tier=args.tier,
+            priority=kueue.priority_for(args.tier, args.priority),
+            node_selector=kueue.sku_selector(kueue.Topology(), args.sku) if args.sku else None,
         ),
     )
     return _on_store(objects, args) if args.store else objects

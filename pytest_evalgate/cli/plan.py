@@ -55,10 +55,18 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpus-per-replica", type=int, help="GPUs of one replica (default: the pins' parallelism)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--decision",
+        help="decision.json of a gate with a max_rate_at_slo rule: replicas per --target-rate",
+    )
+    parser.add_argument("--target-rate", type=float, help="requests/s to serve (with --decision)")
 
 
 def _plan(args: argparse.Namespace) -> bool:
     from pytest_evalgate.capacity.plan import evalgate_capacity_plan, evalgate_replicas_for
+
+    if args.decision is not None or args.target_rate is not None:
+        return _rate_plan(args)
 
     measured, inputs = _plan_inputs(args)
     plans = []
@@ -73,6 +81,49 @@ def _plan(args: argparse.Namespace) -> bool:
     else:
         for line in _plan_lines(plans, measured, args.target_hours):
             print(line)
+    return True
+
+
+def _rate_plan(args: argparse.Namespace) -> bool:
+    """Replicas per target load from the decision's measured max rate at the SLO."""
+    from pytest_evalgate.capacity.plan import rates_at_slo, replicas_for_rate
+    from pytest_evalgate.errors import EvalgateConfigError
+
+    if args.decision is None or args.target_rate is None:
+        reason = "--decision and --target-rate go together"
+        raise EvalgateConfigError("command line", "--decision", reason)
+    try:
+        with open(args.decision, encoding="utf-8") as handle:
+            decision = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise EvalgateConfigError(args.decision, "<file>", f"cannot read: {error}") from None
+    if not isinstance(decision, dict):
+        raise EvalgateConfigError(args.decision, "<root>", "not a decision record")
+    rows = []
+    for entry in rates_at_slo(decision, args.decision):
+        candidate = entry.candidate
+        rate = entry.rates.get(candidate)
+        key = f"perf_phase.max_rate_at_slo ({entry.rule}).rates.{candidate}"
+        if rate is None or rate <= 0:
+            reason = f"the candidate met the SLO at no swept rate ({rate}); no replica count"
+            raise EvalgateConfigError(args.decision, key, reason)
+        replicas = replicas_for_rate(args.target_rate, rate)
+        rows.append({"rule": entry.rule, "slo": {"ttft_p95_s": entry.ttft_p95_s,
+                     "tpot_p95_s": entry.tpot_p95_s}, "candidate": candidate,
+                     "rates": dict(entry.rates), "per_replica_rate": rate,
+                     "target_rate": args.target_rate, "replicas": replicas})  # fmt: skip
+    if args.json:
+        print(json.dumps({"replicas_at_slo": rows}, indent=2, sort_keys=True))
+        return True
+    for row in rows:
+        slo, rates = row["slo"], row["rates"]
+        others = ", ".join(f"{n} {r:g}/s" for n, r in rates.items() if r is not None)
+        print(
+            f"{row['rule']}: at the SLO (ttft p95 <= {slo['ttft_p95_s']:g} s, tpot p95 <= "
+            f"{slo['tpot_p95_s']:g} s) one replica sustains {row['per_replica_rate']:g} "
+            f"requests/s ({row['candidate']}; measured: {others})"
+        )
+        print(f"  replicas for {args.target_rate:g} requests/s: {row['replicas']}")
     return True
 
 

@@ -1,7 +1,10 @@
 """``evalgate probe BASE_URL --model M``: sweep concurrency 1, 2, 4, ... up to
 ``--max-concurrency``, print one row per level as it ends, the knee, and end with
 ``recommended budget.max_concurrency: N``; exit 1 when no level answered cleanly, 4 for a bad
-option (before any request). See ``docs/capacity.md``.
+option (before any request). When the server exports vLLM's Prometheus figures (``/metrics`` at
+the base URL's origin, or ``--metrics-url``), each level also prints the peak KV-cache use and
+queue length the server reported during it; when it does not, one line says so. See
+``docs/capacity.md``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
     from pytest_evalgate.capacity.probe import EvalgateKnee, EvalgateProbeLevel
+    from pytest_evalgate.capacity.server_metrics import Figures, Poller
 
 
 def evalgate_probe_command() -> EvalgateCommand:
@@ -40,6 +44,10 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, help="override the prompts' max_tokens")
     parser.add_argument("--api-key-env", help="NAME of the env var holding the API key")
     parser.add_argument("--no-stream", action="store_true", help="non-streamed requests")
+    parser.add_argument(
+        "--metrics-url",
+        help="the server's Prometheus page (default: /metrics at BASE_URL's origin, as vLLM)",
+    )
 
 
 def _probe(args: argparse.Namespace) -> bool:
@@ -55,8 +63,13 @@ def _probe(args: argparse.Namespace) -> bool:
         "one attempt a request",
         flush=True,
     )
+    poller = _server_metrics(args)
     print(_ROW.format("concurrency", "requests", "errors", "req/s", "out tok/s", "p50 s", "p95 s"))
-    levels = evalgate_run_probe(settings, bodies, _print_level)
+    try:
+        levels = evalgate_run_probe(settings, bodies, lambda level: _on_level(level, poller))
+    finally:
+        if poller is not None:
+            poller.stop()
     knee = evalgate_find_knee(levels, settings.rule)
     for line in _knee_lines(knee, levels):
         print(line)
@@ -64,6 +77,50 @@ def _probe(args: argparse.Namespace) -> bool:
 
 
 _ROW = "{:>11}  {:>8}  {:>6}  {:>9}  {:>10}  {:>7}  {:>7}"
+
+
+def _server_metrics(args: argparse.Namespace) -> Poller | None:
+    """Say whether the server's /metrics is readable; a poller for the levels when it is."""
+    from pytest_evalgate.capacity.server_metrics import (
+        KV_CACHE,
+        WAITING,
+        Poller,
+        metrics_url,
+        read_figures,
+    )
+
+    url = args.metrics_url or metrics_url(args.base_url)
+    first = read_figures(url)
+    if not (first.reachable and first.values):
+        print(
+            f"server metrics: {url} {'' if first.reachable else 'not reachable: '}"
+            f"{first.reason}; KV-cache and queue figures not reported",
+            flush=True,
+        )
+        return None
+    print(f"server metrics: {url} ({KV_CACHE}, {WAITING}): {_figures(first)}", flush=True)
+    return Poller(url).start()
+
+
+def _on_level(level: EvalgateProbeLevel, poller: Poller | None) -> None:
+    _print_level(level)
+    if poller is not None:
+        print(f"  server at {level.concurrency}: peak {_figures(poller.take_peak())}", flush=True)
+
+
+def _figures(figures: Figures) -> str:
+    if not figures.values:
+        return f"no figures ({figures.reason})"
+    kv, waiting, running = figures.kv_cache, figures.waiting, figures.running
+    return ", ".join(
+        part
+        for part in (
+            None if kv is None else f"KV cache {kv * 100:.1f} %",
+            None if waiting is None else f"{waiting:g} waiting",
+            None if running is None else f"{running:g} running",
+        )
+        if part is not None
+    )
 
 
 def _print_level(level: EvalgateProbeLevel) -> None:
@@ -138,6 +195,8 @@ def _check_probe_args(args: argparse.Namespace) -> None:
 
     if not args.base_url.startswith(("http://", "https://")):
         refuse("BASE_URL", f"must be an http:// or https:// URL, got {args.base_url!r}")
+    if args.metrics_url is not None and not args.metrics_url.startswith(("http://", "https://")):
+        refuse("--metrics-url", f"must be an http:// or https:// URL, got {args.metrics_url!r}")
     for option, value in (
         ("--max-concurrency", args.max_concurrency), ("--rounds", args.rounds),
         ("--level-seconds", args.level_seconds), ("--timeout-s", args.timeout_s),

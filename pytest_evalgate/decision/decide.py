@@ -15,7 +15,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from pytest_evalgate.aggregate.code import evalgate_code_record
 from pytest_evalgate.aggregate.combine import (
@@ -44,6 +44,7 @@ from pytest_evalgate.errors import (
     EvalgateStoreError,
     EvalgateStorePathError,
 )
+from pytest_evalgate.gate import slo
 from pytest_evalgate.gate.rules import (
     EvalgateGateResult,
     evalgate_evaluate,
@@ -166,6 +167,8 @@ def evalgate_decide(
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
+    if phase is not None and perf is not None and perf.sweep:
+        phase["max_rate_at_slo"] = _rates_at_slo(policy, aggregate.gate_input)
     decision["perf_phase"] = cast(EvalgatePerfPhaseRecord | None, phase)
     if judge is not None:  # which judge decided (SPEC section 10)
         decision["judge"] = cast(EvalgateJudgeRecord, judge.evalgate_json())
@@ -181,6 +184,27 @@ def evalgate_decide(
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
+
+
+def _rates_at_slo(policy: EvalgateSuitePolicy, gate_input: Any) -> list[dict[str, Any]]:
+    """Per ``max_rate_at_slo`` rule: its SLO and both models' max rate at it (the candidate's is
+    the per-replica rate ``evalgate plan --decision`` sizes replicas with)."""
+    out: list[dict[str, Any]] = []
+    if gate_input is None:
+        return out
+    for rule in policy.rules:
+        if rule.rule != "perf_ratio_min" or rule.slo is None:
+            continue
+        verdict = slo.evaluate(gate_input.perf, rule.slo, float(rule.limit or 0.0))
+        sides = zip(policy.pair, (verdict.candidate, verdict.baseline), strict=True)
+        out.append({
+            "rule": f"rules[{rule.index}]",
+            "candidate": policy.pair[0],
+            "slo": {"ttft_p95_s": rule.slo[0], "tpot_p95_s": rule.slo[1]},
+            "rates": {name: None if r is None else r.rate for name, r in sides},
+            "ratio": verdict.ratio if verdict.evaluated else None,
+        })  # fmt: skip
+    return out
 
 
 def _weights_digest(decision: EvalgateDecision) -> object:

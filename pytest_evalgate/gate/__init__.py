@@ -1,5 +1,6 @@
 """gate: the policy's rules evaluated and the verdict (`rules`), single-model, private-set and
-judge rules.
+judge rules, capacity at the SLO (`slo`).
 
-Imports (docs/architecture.md, checked by tests/test_layering.py): errors, judge, policy, stats.
+Imports (docs/architecture.md, checked by tests/test_layering.py): errors, judge, perf, policy,
+stats.
 """

@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from pytest_evalgate import stats
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
+from pytest_evalgate.gate import slo
 from pytest_evalgate.gate.judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
 from pytest_evalgate.gate.private import (
     evalgate_gap_name,
@@ -41,6 +42,7 @@ from pytest_evalgate.gate.single import (
     evalgate_max_rate,
     evalgate_min_rate,
 )
+from pytest_evalgate.perf.metrics import SWEEP_KEYS
 from pytest_evalgate.policy.load import (
     EVALGATE_GAP_RULE,
     EVALGATE_QUALITY_RULES,
@@ -251,6 +253,8 @@ def _evaluate_one(
         return _floor(item, policy, gate_input)
     if kind == "perf_ratio":
         return _perf(item, policy, gate_input)
+    if kind == "perf_ratio_min":
+        return _rate_at_slo(item, gate_input)
     if kind in EVALGATE_JUDGE_RULES:
         return _judge(item, policy, gate_input)
     if kind in ("min_rate", "max_rate"):
@@ -513,6 +517,19 @@ def _perf(
     if noise is not None:
         return dataclasses.replace(numbers, reason=noise)
     return dataclasses.replace(numbers, reason=_perf_failure(numbers, boot, policy.confidence))
+
+
+def _rate_at_slo(item: _Expanded, gate_input: EvalgateGateInputLike) -> EvalgateRuleResult:
+    """``max_rate_at_slo`` (``gate/slo.py``): the candidate's highest swept rate meeting the SLO
+    over the baseline's, at least ``min_ratio``."""
+    min_ratio = float(item.rule.limit or 0.0)
+    slo_limits = item.rule.slo or (math.inf, math.inf)
+    verdict = slo.evaluate(gate_input.perf, slo_limits, min_ratio)
+    steps = int(np.asarray(gate_input.perf.get(SWEEP_KEYS[0], (np.empty(0),))[0]).size)
+    base = _base(item, n_cases=steps, estimate=verdict.ratio, limit=min_ratio)
+    return dataclasses.replace(
+        base, evaluated=verdict.evaluated, passed=verdict.passed, reason=verdict.reason
+    )
 
 
 # Samples per half below which an A/A comparison is left out: its percentile is then mostly the

@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.k8s import kueue
 from pytest_evalgate.k8s.sandbox import evalgate_sandbox_pod
 from pytest_evalgate.manifest.load import evalgate_base_url_env
 from pytest_evalgate.manifest.pins import EVALGATE_WEIGHTS_VERIFIED_ENV, evalgate_weights_image
+from pytest_evalgate.manifest.tiers import evalgate_tier_spec
 
 EVALGATE_STORE_MOUNT = "/store"
 EVALGATE_SIDECAR_PORT = 8000
@@ -86,6 +88,13 @@ class EvalgateRenderOptions:
     suite_path: str | None = None
     weights_claim: str | None = None
     trust_configmap: str = "evalgate-trust"  # holds trust.yaml (weights verification)
+    # Kueue (k8s/kueue.py): the GPU serving queue of sidecar workers (CPU Jobs use ``queue``),
+    # the tier a run narrows to, its WorkloadPriorityClass (None: checkpoint for a tier run,
+    # release candidate for the full suite) and the serving SKU's node labels (nodeSelector)
+    serving_queue: str = "evalgate-serving"
+    tier: str | None = None
+    priority: str | None = None
+    node_selector: Mapping[str, str] | None = None
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -115,11 +124,17 @@ def evalgate_render(
         namespace=namespace,
         queue=queue,
     )
+    if opts.tier is not None:  # an unknown tier would make every pod exit 4
+        evalgate_tier_spec(getattr(manifest, "tiers", {}), opts.tier, manifest.path)
     sidecar = _sidecar(manifest, opts) if serving_sidecar else None
     return [
         _worker_job(manifest, shards, image, opts, sidecar),
         _aggregate_job(manifest, image, opts, verify=serving_sidecar),
     ]
+
+
+def _tier_args(opts: EvalgateRenderOptions) -> list[str]:
+    return [] if opts.tier is None else [f"--evalgate-tier={opts.tier}"]
 
 
 def evalgate_suite_slug(suite: str) -> str:
@@ -154,11 +169,14 @@ def _worker_job(
         "--evalgate",
         _suite_path(manifest, opts),
         f"--evalgate-shard=$(JOB_COMPLETION_INDEX)/{n}",
+        *_tier_args(opts),
         f"--evalgate-store={EVALGATE_STORE_MOUNT}",
         "-p",
         "no:cacheprovider",
     ]
     pod = _pod_spec(manifest, image, command, opts, sidecar)
+    if sidecar is not None and opts.node_selector:
+        pod["nodeSelector"] = dict(opts.node_selector)
     pod = evalgate_sandbox_pod(pod, getattr(manifest, "sandbox", None))  # scorer: code only
     spec = {
         "completionMode": "Indexed",
@@ -169,7 +187,11 @@ def _worker_job(
         "podFailurePolicy": _pod_failure_policy(),
         "template": _template(manifest, opts, "worker", pod),
     }
-    return _job(evalgate_job_names(manifest)[0], manifest, opts, "worker", spec)
+    queue = opts.serving_queue if sidecar is not None else opts.queue
+    name = evalgate_job_names(manifest)[0]
+    return _job(
+        name, manifest, dataclasses.replace(opts, queue=opts.queue and queue), "worker", spec
+    )
 
 
 def _aggregate_job(
@@ -183,6 +205,7 @@ def _aggregate_job(
         "--evalgate",
         _suite_path(manifest, opts),
         "--evalgate-aggregate",
+        *_tier_args(opts),
         f"--evalgate-store={EVALGATE_STORE_MOUNT}",
         f"--evalgate-report={EVALGATE_STORE_MOUNT}/report",
         "-p",
@@ -218,6 +241,7 @@ def _job(
     labels = _labels(manifest, role)
     if opts.queue:
         labels[EVALGATE_QUEUE_LABEL] = opts.queue
+        labels[kueue.PRIORITY_LABEL] = kueue.priority_for(opts.tier, opts.priority)
         # Kueue admits a suspended Job by unsuspending it; created running, it would bypass quota
         spec = {**spec, "suspend": True}
     metadata = {

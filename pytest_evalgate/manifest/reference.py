@@ -94,6 +94,8 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "perf.warmup_s": "the first seconds left out of the measurement",
     "perf.seed": "the arrival and prompt draw seed",
     "perf.max_tokens": "the load phase's answer bound",
+    "perf.sweep": "arrival rates of the capacity sweep (increasing): one more window per rate, "
+    "for `max_rate_at_slo`",
     "canary": "a canary string: answers holding it count as contamination hits",
     "tiers": "stable subsets of the cases, by name (`--evalgate-tier`)",
     "tiers.<name>.fraction": "the tier's share of the cases",

@@ -8,7 +8,8 @@ checked by the loader (``manifest``), which also names the file and key of every
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import itertools
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -102,6 +103,15 @@ class EvalgatePerfSchema(_Strict):
     warmup_s: float = Field(default=0.0, ge=0)
     seed: int = 0
     max_tokens: int | None = Field(default=None, ge=1)
+    # the capacity sweep (SPEC section 22): one more window per rate, increasing
+    sweep: list[Annotated[float, Field(gt=0)]] | None = Field(default=None, min_length=1)
+
+    @field_validator("sweep")
+    @classmethod
+    def _increasing(cls, rates: list[float] | None) -> list[float] | None:
+        if rates is not None and any(b <= a for a, b in itertools.pairwise(rates)):
+            raise ValueError(f"the rates must increase, got {rates}")
+        return rates
 
 
 class EvalgateToolsSchema(_Strict):

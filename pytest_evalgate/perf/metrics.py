@@ -12,3 +12,7 @@ EVALGATE_PERF_PERCENTILES = ("p50", "p95")
 EVALGATE_PERF_RULE_METRICS = tuple(
     f"{kind}_{level}" for kind in EVALGATE_PERF_METRICS for level in EVALGATE_PERF_PERCENTILES
 )
+# The capacity sweep's per-step figures in a gate input's ``perf`` mapping (``perf/sweep.py``
+# writes them, the ``max_rate_at_slo`` rule reads them): not samples, and not reported as such.
+SWEEP_KEYS = ("sweep.rate", "sweep.ttft_p95_s", "sweep.tpot_p95_s", "sweep.counts")
+MAX_RATE_AT_SLO = "max_rate_at_slo"

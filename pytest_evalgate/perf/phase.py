@@ -58,6 +58,7 @@ from pytest_evalgate.manifest.schema import EvalgatePerfSchema
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf.plan import EvalgatePerfPlan, evalgate_perf_plan
 from pytest_evalgate.perf.result import EvalgatePerfResult, evalgate_load_perf, evalgate_save_perf
+from pytest_evalgate.perf.sweep import Step, side_counts
 from pytest_evalgate.stats import evalgate_percentile
 from pytest_evalgate.store import EvalgateStoreBackend
 
@@ -210,8 +211,13 @@ def evalgate_run_perf(
     min_rate_fraction: float = EVALGATE_PERF_MIN_RATE_FRACTION,
     max_error_fraction: float = EVALGATE_PERF_MAX_ERROR_FRACTION,
     on_arrival: Callable[[int], None] | None = None,
+    rate: float | None = None,
 ) -> EvalgatePerfResult:
     """Run the manifest's perf block against ``pair = (candidate, baseline)`` and measure it.
+
+    With ``perf.sweep`` (and no ``rate``) the capacity sweep follows the window at
+    ``perf.rate``: one more window per swept rate, each a ``sweep.Step`` of the result.
+    ``rate`` runs one window at that rate instead of ``perf.rate`` (a sweep's step).
 
     ``endpoints`` maps candidate names to endpoints (e.g. from ``EvalgateEndpointPool``); each is
     used with one attempt per request. ``on_arrival(i)`` is called in the event loop just before
@@ -220,11 +226,61 @@ def evalgate_run_perf(
     an unreadable prompts file or a pair without endpoints.
     """
     bodies = evalgate_perf_bodies(manifest)
-    plan = evalgate_perf_plan(_perf_block(manifest), len(bodies))
+    perf = _perf_block(manifest)
+    plan = evalgate_perf_plan(
+        perf if rate is None else perf.model_copy(update={"rate": rate}), len(bodies)
+    )
     sides = tuple(_single_attempt(manifest, endpoints, name) for name in pair)
     shots = asyncio.run(_drive(plan, bodies, (sides[0], sides[1]), on_arrival))
     limits = (max_delay_p95_s, min_rate_fraction, max_error_fraction)
-    return _result(plan, shots, pair, limits)
+    result = _result(plan, shots, pair, limits)
+    if rate is not None or not perf.sweep:
+        return result
+    steps = [
+        _step(
+            evalgate_run_perf(manifest, endpoints, pair, rate=step, on_arrival=on_arrival), limits
+        )
+        for step in perf.sweep
+    ]
+    return dataclasses.replace(result, sweep=tuple(steps))
+
+
+def _step(result: EvalgatePerfResult, limits: tuple[float, float, float]) -> Step:
+    """One window of the sweep, reduced to what ``max_rate_at_slo`` reads."""
+    max_delay, min_fraction, max_errors = limits
+    kept = bool(result.delay_p95_s <= max_delay)  # NaN (nothing sent) does not keep up
+    errored = {name: sum(result.errors[name].values()) for name in result.pair}
+    counts = {
+        name: side_counts(
+            result.achieved_rate[name],
+            result.scheduled_rate,
+            errored[name],
+            result.completed[name],
+            result.scheduled,
+            (kept, min_fraction, max_errors),
+        )
+        for name in result.pair
+    }
+    return Step(
+        requested_rate=result.requested_rate,
+        scheduled_rate=result.scheduled_rate,
+        achieved_rate={name: float(rate) for name, rate in result.achieved_rate.items()},
+        ttft_p95_s=_p95(result, "ttft"),
+        tpot_p95_s=_p95(result, "tpot"),
+        completed=dict(result.completed),
+        errored=errored,
+        counts=counts,
+        delay_p95_s=result.delay_p95_s if math.isfinite(result.delay_p95_s) else None,
+        reason=result.reason,
+    )
+
+
+def _p95(result: EvalgatePerfResult, metric: str) -> dict[str, float | None]:
+    both = result.samples[metric]
+    return {
+        name: evalgate_percentile(values, 95) if values.size else None
+        for name, values in zip(result.pair, both, strict=True)
+    }
 
 
 def _single_attempt(

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
+from pytest_evalgate.perf.sweep import Step, gate_arrays, step_from_dict
 from pytest_evalgate.stats import evalgate_percentile
 from pytest_evalgate.store import EvalgateStoreBackend
 
@@ -63,6 +64,7 @@ class EvalgatePerfResult:
     from_schedule: EvalgatePerfSamples
     judgeable: bool
     reason: str
+    sweep: tuple[Step, ...] = ()  # the capacity sweep (perf.sweep), one step per rate
 
     def to_dict(self, *, include_samples: bool = True) -> dict[str, Any]:
         """Builtins only (JSON-ready): every field, p50/p95 per metric and side under
@@ -70,7 +72,7 @@ class EvalgatePerfResult:
         out: dict[str, Any] = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("samples", "from_schedule")
+            if f.name not in ("samples", "from_schedule", "sweep")
         }
         for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
             out[name] = _finite(out[name])  # NaN (nothing measured) is not JSON
@@ -80,6 +82,8 @@ class EvalgatePerfResult:
         out["errors"] = {name: dict(counts) for name, counts in self.errors.items()}
         out["percentiles"] = _percentiles(self.samples, self.pair)
         out["percentiles_from_schedule"] = _percentiles(self.from_schedule, self.pair)
+        if self.sweep:  # only with perf.sweep, so older results keep their form
+            out["sweep"] = [step.to_dict() for step in self.sweep]
         if include_samples:
             out["samples"] = _lists(self.samples)
             out["from_schedule"] = _lists(self.from_schedule)
@@ -108,12 +112,14 @@ def evalgate_perf_from_dict(data: Mapping[str, Any]) -> EvalgatePerfResult:
     """The inverse of ``to_dict()`` (with samples): for a result stored as JSON and read back,
     e.g. by the aggregation pod, which sends no requests."""
     names = [f.name for f in dataclasses.fields(EvalgatePerfResult)]
-    values = {name: data[name] for name in names if name not in ("samples", "from_schedule")}
+    skip = ("samples", "from_schedule", "sweep")
+    values = {name: data[name] for name in names if name not in skip}
     for name in ("delay_p50_s", "delay_p95_s", "delay_max_s"):
         values[name] = math.nan if values[name] is None else float(values[name])
     values["pair"] = tuple(data["pair"])
     values["samples"] = _arrays(data["samples"])
     values["from_schedule"] = _arrays(data["from_schedule"])
+    values["sweep"] = tuple(step_from_dict(step) for step in data.get("sweep", ()))
     return EvalgatePerfResult(**values)
 
 
@@ -135,12 +141,16 @@ def evalgate_merge_perf(
     Judgeable: the load phase's samples (the eval phase's perf samples are set aside; their
     1-3 token answers and closed-loop timing say little about serving performance). Not
     judgeable: empty arrays for every metric, so every ``perf_ratio`` rule is "not evaluated"
-    and fails; ``perf_result.reason`` says why and belongs in the decision record.
+    and fails; ``perf_result.reason`` says why and belongs in the decision record. The capacity
+    sweep's steps are added either way (``sweep.gate_arrays``): each step says itself whether
+    its window counts.
     """
     if perf_result.judgeable:
         perf: dict[str, tuple[FloatArray, FloatArray]] = dict(perf_result.samples)
     else:
         perf = {m: (np.zeros(0), np.zeros(0)) for m in EVALGATE_PERF_METRICS}
+    if perf_result.sweep:
+        perf.update(gate_arrays(perf_result.sweep, perf_result.pair))
     return dataclasses.replace(gate_input, perf=perf)
 
 

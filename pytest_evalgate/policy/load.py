@@ -29,7 +29,7 @@ from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL, EvalgateUnit
 from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_yaml
 from pytest_evalgate.manifest.load import EvalgateManifest
-from pytest_evalgate.perf.metrics import EVALGATE_PERF_RULE_METRICS
+from pytest_evalgate.perf.metrics import EVALGATE_PERF_RULE_METRICS, MAX_RATE_AT_SLO
 from pytest_evalgate.policy.online import EvalgateOnlineRule, evalgate_online_rules
 
 EVALGATE_POLICY_NAME = "gate.yaml"
@@ -47,6 +47,7 @@ _LIMIT_KEYS = {
     "no_regression": None,
     "floor": "max_rate",
     "perf_ratio": "max_ratio",
+    "perf_ratio_min": "min_ratio",
     "max_delta": "max_delta",
     "pairwise": "margin",
     "judge_agreement": "min_kappa",
@@ -78,6 +79,7 @@ class EvalgateRule:
     limit: float | None = None
     public: tuple[str, ...] = ()  # public_private_gap only (gate_private.py)
     private: tuple[str, ...] = ()
+    slo: tuple[float, float] | None = None  # perf_ratio_min: (ttft_p95_s, tpot_p95_s)
 
     @property
     def limit_key(self) -> str | None:
@@ -93,6 +95,8 @@ class EvalgateRule:
             out.update({"slice": self.slice} if self.slice is not None else {"metric": self.metric})
         if self.limit_key is not None:
             out[self.limit_key] = self.limit
+        if self.slo is not None:
+            out["slo"] = {"ttft_p95_s": self.slo[0], "tpot_p95_s": self.slo[1]}  # type: ignore[assignment]
         return out
 
 
@@ -219,6 +223,23 @@ class _PerfRatio(pydantic.BaseModel):
     max_ratio: Annotated[float, pydantic.Field(gt=0.0)]
 
 
+class _Slo(pydantic.BaseModel):
+    model_config = _Strict
+    ttft_p95_s: Annotated[float, pydantic.Field(gt=0.0)]
+    tpot_p95_s: Annotated[float, pydantic.Field(gt=0.0)]
+
+
+class _PerfRatioMin(pydantic.BaseModel):
+    """``{metric: max_rate_at_slo, rule: perf_ratio_min, min_ratio: r, slo: {...}}``: the
+    candidate's highest swept rate meeting the SLO is at least r x the baseline's."""
+
+    model_config = _Strict
+    rule: Literal["perf_ratio_min"]
+    metric: Literal["max_rate_at_slo"]
+    min_ratio: Annotated[float, pydantic.Field(gt=0.0)]
+    slo: _Slo
+
+
 class _MaxDelta(pydantic.BaseModel):
     model_config = _Strict
     rule: Literal["max_delta"]
@@ -246,6 +267,7 @@ _AnyRule = Annotated[
     | _NoRegression
     | _Floor
     | _PerfRatio
+    | _PerfRatioMin
     | _MaxDelta
     | _Pairwise
     | _JudgeAgreement
@@ -347,9 +369,11 @@ def _to_rule(index: int, item: pydantic.BaseModel) -> EvalgateRule:
     key = _LIMIT_KEYS[values["rule"]]
     limit = None if key is None else float(values[key])
     groups = {key: tuple(values.get(key, ())) for key in ("public", "private")}
+    slo = values.get("slo")
     return EvalgateRule(
-        values["rule"], index, values.get("slice"), values.get("metric"), limit, **groups
-    )
+        values["rule"], index, values.get("slice"), values.get("metric"), limit, **groups,
+        slo=None if slo is None else (float(slo["ttft_p95_s"]), float(slo["tpot_p95_s"])),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------ single-model and gap rules
@@ -468,8 +492,17 @@ def evalgate_check_policy(
     """
     pair = _pair(manifest, policy)
     evalgate_check_slices(manifest, policy)
+    _check_sweep(manifest, policy)
     fields = {f.name: getattr(policy, f.name) for f in dataclasses.fields(EvalgatePolicy)}
     return EvalgateSuitePolicy(**fields, pair=pair)
+
+
+def _check_sweep(manifest: EvalgateManifest, policy: EvalgatePolicy) -> None:
+    """A ``max_rate_at_slo`` rule needs the manifest's capacity sweep (``perf.sweep``)."""
+    for rule in policy.rules:
+        if rule.metric == MAX_RATE_AT_SLO and (manifest.perf is None or not manifest.perf.sweep):
+            reason = f"max_rate_at_slo needs perf.sweep (arrival rates) in {manifest.path}"
+            raise EvalgatePolicyError(policy.source, f"rules[{rule.index}].metric", reason)
 
 
 def _pair(manifest: EvalgateManifest, policy: EvalgatePolicy) -> tuple[str, str]:

@@ -10,6 +10,7 @@ since the baseline, and the signature. Case text appears only when the context c
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pytest_evalgate.report.changes import (
     EvalgateChangeRow,
@@ -32,7 +33,11 @@ from pytest_evalgate.report.facts import (
     evalgate_unflipped_shown,
     evalgate_verdict_reason,
 )
-from pytest_evalgate.report.shape import EvalgateDecision, EvalgatePercentiles
+from pytest_evalgate.report.shape import (
+    EvalgateDecision,
+    EvalgatePercentiles,
+    EvalgatePerfPhaseRecord,
+)
 
 _TEXT_CUT = 200
 
@@ -162,7 +167,40 @@ def _perf(decision: EvalgateDecision) -> list[str]:
     if phase:
         lines += [f"Load phase: {evalgate_md_cell(phase.get('reason', ''))}", ""]
     header = ["metric", "side", "n", "p50", "p95", "p99"]
-    return lines + _table(header, rows, "llrrrr")
+    return lines + _table(header, rows, "llrrrr") + _sweep(phase)
+
+
+def _sweep(phase: EvalgatePerfPhaseRecord | None) -> list[str]:
+    """The capacity sweep: per step and side, sent vs requested rate and the p95s."""
+    steps = (phase or {}).get("sweep") or []
+    if not steps:
+        return []
+    lines = ["", "### Capacity sweep (open loop, both models over the same windows)", ""]
+    for entry in (phase or {}).get("max_rate_at_slo") or []:
+        slo, rates = entry["slo"], entry["rates"]
+        both = ", ".join(
+            f"{n} {'-' if r is None else f'{r:g}'}/s" for n, r in sorted(rates.items())
+        )
+        lines += [
+            f"Max rate at the SLO (ttft p95 <= {slo['ttft_p95_s']:g} s, tpot p95 <= "
+            f"{slo['tpot_p95_s']:g} s): {both}.",
+            "",
+        ]
+    rows = [_sweep_row(step, name) for step in steps for name in sorted(step["achieved_rate"])]
+    header = ["requested", "side", "sent", "ttft p95", "tpot p95", "errors", "counts"]
+    return lines + _table(header, rows, "llrrrrl")
+
+
+def _sweep_row(step: dict[str, Any], name: str) -> list[object]:
+    return [
+        f"{step['requested_rate']:g}/s",
+        name,
+        f"{step['achieved_rate'][name]:.2f}/s",
+        evalgate_seconds(step["ttft_p95_s"].get(name)),
+        evalgate_seconds(step["tpot_p95_s"].get(name)),
+        step["errored"].get(name, 0),
+        "yes" if step["counts"].get(name) else "no",
+    ]
 
 
 def _latency_cells(figures: EvalgatePercentiles) -> list[str]:

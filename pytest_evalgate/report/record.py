@@ -230,6 +230,8 @@ def _perf(aggregate: EvalgateAggregate) -> dict[str, EvalgatePerfSides]:
         return {}
     figures: dict[str, EvalgatePerfSides] = {}
     for metric, (cand, base) in data.perf.items():
+        if metric.startswith("sweep."):  # the capacity sweep's steps: perf_phase.sweep has them
+            continue
         figures[metric] = {"candidate": _percentiles(cand), "baseline": _percentiles(base)}
     return figures
 

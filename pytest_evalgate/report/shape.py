@@ -14,7 +14,7 @@ lack some of them, which is why the renderers read optional keys with ``.get``.
 
 from __future__ import annotations
 
-from typing import NotRequired, TypeAlias, TypedDict
+from typing import Any, NotRequired, TypeAlias, TypedDict
 
 from pytest_evalgate.aggregate.code import EvalgateSandboxSummary
 from pytest_evalgate.aggregate.combine import EvalgateFlip
@@ -125,6 +125,10 @@ class EvalgatePerfPhaseRecord(TypedDict, total=False):
     judgeable: bool
     reason: str
     errors: dict[str, dict[str, int]]
+    # the capacity sweep (perf.sweep, perf/sweep.py Step.to_dict) and, per max_rate_at_slo
+    # rule, its SLO and both models' max rate at it (decision/decide.py)
+    sweep: list[dict[str, Any]]
+    max_rate_at_slo: list[dict[str, Any]]
 
 
 class EvalgateInconsistencyRecord(TypedDict):

@@ -127,7 +127,11 @@ def _perf(
         return evalgate_perf_phase(context.backend, manifest, None, pair)
     pool = EvalgateEndpointPool(context.options.request_log)
     try:
-        context.say(f"evalgate: load phase of {manifest.suite} ({manifest.perf.duration_s} s)")
+        steps = len(manifest.perf.sweep or ())
+        sweep = f", then a capacity sweep of {steps} rate(s)" if steps else ""
+        context.say(
+            f"evalgate: load phase of {manifest.suite} ({manifest.perf.duration_s} s{sweep})"
+        )
         return evalgate_perf_phase(
             context.backend,
             manifest,
