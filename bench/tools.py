@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from suitekit import write_answer_key, write_suite
 
 from pytest_evalgate.manifest.load import evalgate_load_manifest
-from pytest_evalgate.simulated import EvalgateSimConfig, EvalgateSimServer
+from pytest_evalgate.simulated import EvalgateSimConfig
+from pytest_evalgate.simulated.server import EvalgateSimServer
 
 LATENCY_S = 0.05
 BUDGET = 64
@@ -142,7 +143,8 @@ def _round(cases: int) -> None:
     bound = BUDGET / LATENCY_S
     bare_rate, rate = bare_calls / bare_s, steps / phase_s
     print(f"{cases} tool cases x 3 model calls, budget {BUDGET}, {LATENCY_S * 1000:.0f} ms/call, "
-          f"bound {bound:,.0f} calls/s; pytest exit {run.returncode}")  # fmt: skip
+          f"bound {bound:,.0f} calls/s; pytest exit {run.returncode}: "
+          f"{(run.stdout.strip().splitlines() or [''])[-1]}")  # fmt: skip
     print(
         f"bare loop  {bare_calls} calls {bare_rate:7.0f} calls/s = {bare_rate / bound:4.0%}"
         " of bound"
