@@ -489,3 +489,20 @@ def test_a_streams_tool_call_pieces_are_joined_by_index() -> None:
         {"id": "c0", "name": "lookup", "arguments": '{"order_id": "A1"}'},
         {"id": "c1", "name": "refund", "arguments": "{}"},
     ]
+
+
+def test_a_judge_reads_a_conversations_whole_transcript() -> None:
+    from pytest_evalgate.runner.judging import evalgate_judged_answer
+
+    facts = {
+        "transcript": [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "function": {"name": "refund", "arguments": '{"order_id": "A2"}'}}]},
+            {"role": "tool", "tool_call_id": "c", "content": '{"status": "refunded"}'},
+            {"role": "assistant", "content": "Refunded."},
+        ]
+    }  # fmt: skip
+    text = evalgate_judged_answer({"output": "Refunded.", "dialogue": facts})
+    assert 'refund({"order_id": "A2"})' in text and "tool refund:" in text
+    assert text.endswith("assistant: Refunded.")
+    assert evalgate_judged_answer({"output": "plain"}) == "plain"

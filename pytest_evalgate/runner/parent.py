@@ -470,7 +470,10 @@ class EvalgateRunner:
         lines, self._inbox, eof = evalgate_read_lines(fd, self._inbox)
         self._eof = self._eof or eof
         for line in lines:
-            self._receive(evalgate_decode_for_parent(line))
+            try:
+                self._receive(evalgate_decode_for_parent(line))
+            except Exception as exc:  # a scorer that raised: stop, never leave items waiting
+                self._failure = self._failure or f"a result could not be scored: {exc}"
 
     def _receive(self, message: EvalgateToParent) -> None:
         if isinstance(message, EvalgateWireResult):
