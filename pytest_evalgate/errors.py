@@ -165,3 +165,7 @@ class EvalgateSimHttpError(EvalgateError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class EvalgateToolServiceError(EvalgateError):
+    """A tool's mock service could not be reached or answered no JSON result (``dialogue``)."""

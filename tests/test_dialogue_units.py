@@ -34,12 +34,11 @@ from pytest_evalgate.dialogue.grade import (
 from pytest_evalgate.dialogue.loop import evalgate_run_dialogue
 from pytest_evalgate.dialogue.toolrun import (
     EvalgateToolBox,
-    EvalgateToolServiceError,
     EvalgateToolState,
     evalgate_idempotency_key,
 )
 from pytest_evalgate.dialogue.transcript import evalgate_transcript_text
-from pytest_evalgate.errors import EvalgateConfigError, EvalgateError
+from pytest_evalgate.errors import EvalgateConfigError, EvalgateError, EvalgateToolServiceError
 
 ORDER = {
     "type": "object",

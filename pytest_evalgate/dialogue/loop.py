@@ -33,11 +33,8 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_evalgate.client.types import EvalgateCallError, EvalgateCallResult
-from pytest_evalgate.dialogue.toolrun import (
-    EvalgateToolBox,
-    EvalgateToolServiceError,
-    EvalgateToolState,
-)
+from pytest_evalgate.dialogue.toolrun import EvalgateToolBox, EvalgateToolState
+from pytest_evalgate.errors import EvalgateToolServiceError
 
 EvalgateModelCall = Callable[[Mapping[str, Any]], Awaitable[EvalgateCallResult]]
 EVALGATE_TOOL_SERVICE_CATEGORY = "tool_service"

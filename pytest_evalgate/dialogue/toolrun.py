@@ -34,14 +34,10 @@ from typing import Any
 import jsonschema
 
 from pytest_evalgate.dialogue.pyimport import evalgate_import_tool
-from pytest_evalgate.errors import EvalgateError
+from pytest_evalgate.errors import EvalgateToolServiceError
 
 _SERVICE_TRIES = 3
 _SERVICE_TIMEOUT_S = 30.0
-
-
-class EvalgateToolServiceError(EvalgateError):
-    """A tool's mock service could not be reached or answered no JSON result."""
 
 
 @dataclass(frozen=True)
