@@ -67,6 +67,17 @@ def evalgate_crash_verdict(
     return None
 
 
+def evalgate_store_failed_verdict(reason: str, lost: int) -> EvalgateVerdict:
+    """Verdict incomplete (exit 1) of a run whose store failed mid-run: requests stopped, the
+    answers never committed counted, no decision (the store that would hold it is failing)."""
+    line = (
+        f"evalgate: verdict INCOMPLETE: the store failed mid-run ({reason}); requests stopped,"
+        f" {lost} answer(s) not committed; no decision. Rerun when the store is back: it"
+        " resumes from what was committed"
+    )
+    return EvalgateVerdict(1, (line,))
+
+
 def evalgate_gate_suite(
     context: EvalgateGateContext, suite: EvalgateSuite, chosen: EvalgateChosen
 ) -> EvalgateVerdict:
