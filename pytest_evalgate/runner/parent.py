@@ -347,9 +347,7 @@ class EvalgateRunner:
     # -- sending ----------------------------------------------------------------------------
 
     def _fill(self) -> None:
-        # answers waiting for their commit are not held by the item loop: they do not count
-        waiting = len(self._unbatched) + len(self._batch)
-        limit = min(len(self._works), self._consumed + self._window + waiting)
+        limit = min(len(self._works), self._consumed + self._window)
         while self._next < limit:
             work = self._works[self._next]
             self._next += 1
@@ -512,8 +510,10 @@ class EvalgateRunner:
             if number is not None and self._committer.evalgate_wait(number, _MIN_POLL_S):
                 del self._batch[key]
                 return True
-            if number is None and self._eof:
-                self._take()  # the child is done: nothing else will make the tail due
+            if number is None and (self._eof or len(self._unbatched) >= self._window // 2):
+                # the child is done, or half the window waits for this commit: commit now
+                # rather than let the window stall until the writer is due
+                self._take()
             elif number is None:
                 self._pump(self._writer_timeout())
         return False
