@@ -126,6 +126,10 @@ class EvalgateItem(pytest.Item):
             pytest.skip(evalgate_redact(error["message"]))
         if error is not None and error["category"] == "missing":  # aggregate mode
             pytest.fail(f"no result [missing]: {evalgate_redact(error['message'])}", pytrace=False)
+        if error is not None and error["category"] == "store_failed":  # never passed
+            pytest.fail(
+                f"no result [store_failed]: {evalgate_redact(error['message'])}", pytrace=False
+            )
         if error is not None and error["category"] == "sandbox":  # scorer: code
             message = evalgate_redact(error["message"])
             pytest.fail(f"sandbox error [sandbox]: {message}", pytrace=False)

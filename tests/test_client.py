@@ -403,11 +403,13 @@ def test_auth_errors_are_fatal_and_sent_once(status: int) -> None:
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
-def test_bad_requests_are_fatal_and_never_retried(status: int) -> None:
+def test_bad_requests_are_never_retried_and_a_404_is_fatal(status: int) -> None:
+    # a 400/422 is fatal only when it names the configuration or repeats across identities
+    # (tests/test_bad_request_scope.py)
     async def scenario(server: FaultServer, client: EvalgateClient, _: EvalgateLimiter) -> None:
         result = await call(client, endpoint(server, max_attempts=4), "c")
         assert len(server.arrivals) == 1
-        assert result.error is not None and result.error.fatal
+        assert result.error is not None and result.error.fatal is (status == 404)
         assert (result.error.category, result.error.status) == ("bad_request", status)
 
     run(scenario, default=FaultStep(status=status))

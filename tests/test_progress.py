@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -99,3 +100,18 @@ def test_wanted_only_on_a_terminal_without_q(
     isatty: bool, verbosity: int, worker: bool, wanted: bool
 ) -> None:
     assert evalgate_progress_wanted(isatty, verbosity, worker) is wanted
+
+
+def test_pytests_progress_never_passes_100_percent(pytester: pytest.Pytester) -> None:
+    # issue 37: the gate's rule reports count as tests, so "[115%]" was printed
+    from suitekit import make_cases, write_suite
+
+    write_suite(
+        pytester.path / "suite",
+        {"candidate": "simulated://?accuracy=0.9&seed=5", "baseline": "simulated://?seed=6"},
+        cases=make_cases(["alpha", "beta"], 4),
+    )
+    result = pytester.runpytest("--evalgate", "suite", "-p", "no:cacheprovider",
+                                "--evalgate-store=store")  # fmt: skip
+    shown = [int(n) for n in re.findall(r"\[\s*(\d+)%\]", result.stdout.str())]
+    assert shown and max(shown) == 100, result.stdout.str()

@@ -651,3 +651,34 @@ def _alive(pid: int) -> bool:
             return handle.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_models_retrieve_answers_one_model(key: Path) -> None:
+    # issue 37: GET /v1/models/{id} (the SDK's models.retrieve) was 404 "no such path"
+    with sim("simulated://", key) as server:
+        status, _headers, data = get(server.base_url, "/models/model-candidate")
+        encoded = get(server.base_url, "/models/org%2Fmodel")
+    assert status == 200
+    assert data == {"id": "model-candidate", "object": "model", "created": 0,
+                    "owned_by": "evalgate-simulator"}  # fmt: skip
+    assert encoded[0] == 200 and encoded[2]["id"] == "org/model"
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"n": 2}, "'n': 2 is not supported by the simulator"),
+        ({"n": 0}, "'n' must be a positive integer"),
+        ({"n": True}, "'n' must be a positive integer"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "'response_format'"),
+    ],
+)
+def test_what_the_simulator_cannot_do_is_refused_not_ignored(
+    key: Path, extra: dict[str, object], reason: str
+) -> None:
+    with sim("simulated://", key) as server:
+        status, _headers, data = post(server.base_url, {**body(1), **extra})
+        kept = [post(server.base_url, {**body(1), **ok})[0] for ok in
+                ({"n": 1}, {"response_format": {"type": "json_object"}})]  # fmt: skip
+    assert status == 400 and reason in data["error"]["message"], data
+    assert kept == [200, 200]  # one choice and JSON mode (the judge styles) stay served

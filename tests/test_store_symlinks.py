@@ -104,7 +104,12 @@ def test_listing_does_not_descend_a_folder_symlinked_out(tmp_path: Path) -> None
     store.evalgate_write_atomic("suite/own/seg.jsonl", b"mine\n")
     (outside / "seg.jsonl").write_text("theirs\n")
     (root / "suite" / "elsewhere").symlink_to(outside, target_is_directory=True)
-    assert store.evalgate_list("suite") == ["suite/own/seg.jsonl"]
+    (root / "suite" / "alias").symlink_to(root / "suite" / "own", target_is_directory=True)
+    # the folder that leads out is listed under its own name (never descended), so a reader
+    # names it; one that stays inside is neither descended nor listed
+    assert store.evalgate_list("suite") == ["suite/elsewhere", "suite/own/seg.jsonl"]
+    with pytest.raises(EvalgateStorePathError, match=f"{root}/suite/elsewhere: {LEAVES}"):
+        store.evalgate_read("suite/elsewhere")
 
 
 def test_an_output_folder_inside_the_store_must_stay_inside(tmp_path: Path) -> None:
@@ -255,3 +260,58 @@ def test_a_junit_file_in_the_store_that_leads_out_is_refused(
     assert result.ret == 4
     result.stderr.fnmatch_lines([f"*store/ci: --junitxml: {LEAVES} *"])
     assert list(outside.iterdir()) == []
+
+
+def _shard_folder(store: Path) -> Path:
+    found = store.rglob("shard-0-of-1")
+    (folder,) = [p for p in found if "candidate-" in str(p) and p.parent.name != "journal"]
+    return folder
+
+
+def _swap_for_link(folder: Path, outside: Path) -> None:
+    """``folder`` moved out of the store and replaced by a symlink to where it went."""
+    folder.rename(outside)
+    folder.symlink_to(outside, target_is_directory=True)
+
+
+def test_a_shard_folder_that_leads_out_stops_the_run_before_any_request(
+    pytester: pytest.Pytester,
+) -> None:
+    # issue 37: the shard folder itself replaced by a symlink out of the store; the run sent
+    # every request, showed them passed, then ended in an INTERNALERROR at the first commit.
+    _suite(pytester)
+    first = pytester.runpytest(*ARGS, "--evalgate-store=store", "-k", "candidate and alpha")
+    assert first.ret in (0, 1)  # the candidate's beta cases are still to request
+    store = pytester.path / "store"
+    outside = pytester.path / "outside"
+    _swap_for_link(_shard_folder(store), outside)
+    moved = _snapshot(outside)
+    log = pytester.path / "requests.log"
+    for select in ((), ("-k", "candidate")):  # started early / at the item loop
+        result = pytester.runpytest(
+            *ARGS, "--evalgate-store=store", f"--evalgate-request-log={log}", *select
+        )
+        assert result.ret == 1
+        result.stdout.fnmatch_lines(
+            [f"*evalgate: store refused: store/*/shard-0-of-1: {LEAVES} *; nothing was requested*"]
+        )
+        assert " passed" not in result.stdout.str() and "INTERNALERROR" not in result.stdout.str()
+        assert not log.exists() or log.read_text() == ""
+        assert _snapshot(outside) == moved  # nothing written through the link
+
+
+def test_aggregating_a_store_whose_shard_folder_leads_out_is_invalid_naming_the_link(
+    pytester: pytest.Pytester,
+) -> None:
+    # it was "incomplete (missing 8)": the listing skipped the linked folder in silence
+    _suite(pytester)
+    assert pytester.runpytest(*ARGS, "--evalgate-store=store").ret in (0, 1)
+    store = pytester.path / "store"
+    folder = _shard_folder(store)
+    _swap_for_link(folder, pytester.path / "outside")
+    result = pytester.runpytest(*ARGS, "--evalgate-store=store", "--evalgate-aggregate")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*verdict INVALID*"])
+    shown = str(folder.relative_to(store))
+    result.stdout.fnmatch_lines([f"INVALID: {shown}:0: <not read>: {LEAVES} *"])
+    assert "verdict INCOMPLETE" not in result.stdout.str()

@@ -76,9 +76,11 @@ from typing import TYPE_CHECKING
 from pytest_evalgate.client.checks import (
     EVALGATE_HINT_CAP_S,
     EvalgateCaps,
+    evalgate_bad_request_fatal,
     evalgate_caps,
     evalgate_classify_status,
     evalgate_error_detail,
+    evalgate_refused_message,
     evalgate_retry_hint,
     evalgate_retry_wait,
     evalgate_usage_flag,
@@ -281,7 +283,8 @@ class EvalgateClient:
         except EvalgateHttpTruncated as exc:
             _fail(done, "truncated", 200, f"the body was cut off before its end ({exc})", True)
         except (EvalgateHttpError, OSError) as exc:
-            _fail(done, "connection", None, f"{type(exc).__name__}: {exc}", True)
+            refused = evalgate_refused_message(exc)  # kept findable: the child stops on it
+            _fail(done, "connection", None, refused or f"{type(exc).__name__}: {exc}", True)
         except EvalgateAnswerError as exc:
             _fail(done, exc.category, 200, exc.message, exc.retry)
         finally:
@@ -431,6 +434,8 @@ async def _read_failure(response: EvalgateHttpResponse, done: EvalgateAttempt) -
         message = f"redirect to {where} not followed (an endpoint's redirects never are)"
     message = f"HTTP {status}" + (f": {message}" if message else "")
     category, retry, fatal = evalgate_classify_status(status, "insufficient_quota" in (code, kind))
+    if category == "bad_request" and fatal:  # the request's own, or the configuration's?
+        fatal = evalgate_bad_request_fatal(status, f"{message} {code or ''} {kind or ''}")
     _fail(done, category, status, message, retry, fatal)
     if retry:
         done.hint_s = evalgate_retry_hint(response.headers, rate_limited=status == 429)

@@ -13,6 +13,11 @@ Contracts
 - ``evalgate_classify_status`` maps a non-200 status to ``(category, retry, fatal)``;
   a 3xx is ``redirect``: never followed, never retried, and fatal (it would be the same for
   every request, and following it could send the prompt and key to another host).
+- A 400 or 422 that names the request (the prompt is longer than the context, a parameter this
+  case's request carried) is that identity's ``bad_request``, not fatal; one that names the
+  configuration (the model) and a 404 are fatal. ``EvalgateBadRequests`` makes the same
+  ``bad_request`` on ``EVALGATE_BAD_REQUEST_REPEATS`` identities of one candidate in a row (no
+  answer between) fatal: then it is the configuration's, whatever the message says.
 - ``evalgate_retry_hint`` reads the server's wait hints; ``evalgate_retry_wait`` caps a hint at
   ``EVALGATE_HINT_CAP_S`` (600 s) so that a hostile or broken ``Retry-After`` can not stall a
   run for longer.
@@ -27,6 +32,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pytest_evalgate.client.types import EvalgateCallError
+
 EVALGATE_CHARS_PER_TOKEN = 32
 EVALGATE_BYTES_PER_TOKEN = 1024
 EVALGATE_HINT_CAP_S = 600.0
@@ -37,6 +44,19 @@ _BODY_NO_LIMIT = 32 << 20
 _PROMPT_SLACK_TOKENS = 4096  # chat templates add tokens a request's bytes do not show
 _TRANSIENT_5XX = frozenset({500, 502, 503, 504})
 _FATAL_BAD_REQUEST = frozenset({400, 404, 422})
+EVALGATE_BAD_REQUEST_REPEATS = 3
+# What a server says when one request, not the configuration, is at fault (OpenAI, vLLM,
+# llama.cpp, TGI wordings); checked before the configuration's, which mention "model" too.
+_NAMES_REQUEST = re.compile(
+    r"context[ _-]?(length|window)|maximum context|too long|too many tokens|exceeds? the"
+    r"|input_too_long|string_above_max_length|invalid_prompt",
+    re.IGNORECASE,
+)
+_NAMES_CONFIG = re.compile(
+    r"model_not_found|\bmodel\b.{0,80}\b(not found|does not exist|unknown|not available|not"
+    r" supported|invalid)|(unknown|invalid|unsupported) model|api[ _-]?key",
+    re.IGNORECASE,
+)
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|ms|m|s|us|µs|ns)")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
@@ -100,6 +120,52 @@ def evalgate_classify_status(status: int, no_quota: bool) -> tuple[str, bool, bo
     if status >= 500:
         return "server_error", status in _TRANSIENT_5XX, False
     return "bad_request", False, status in _FATAL_BAD_REQUEST
+
+
+EVALGATE_REFUSED = "connection refused"
+
+
+def evalgate_refused_message(exc: BaseException) -> str | None:
+    """The message of a call error whose connection was refused (the error, or the transport
+    error it caused), or None for another error."""
+    if isinstance(exc, ConnectionRefusedError) or isinstance(exc.__cause__, ConnectionRefusedError):
+        return f"{EVALGATE_REFUSED}: {type(exc).__name__}: {exc}"
+    return None
+
+
+def evalgate_bad_request_fatal(status: int, detail: str) -> bool:
+    """Whether a 400/404/422 stops its candidate at once: a 404, or a body (``detail``: the
+    message, code and type) that names the configuration and not the request."""
+    if status == 404:
+        return True
+    return not _NAMES_REQUEST.search(detail) and bool(_NAMES_CONFIG.search(detail))
+
+
+class EvalgateBadRequests:
+    """Per stop channel (one candidate): ``bad_request`` errors since its last answer, the
+    ``EVALGATE_BAD_REQUEST_REPEATS``-th in a row stops the channel; and a call whose every
+    attempt was refused a connection, before the channel ever answered, stops it too (its
+    endpoint is not there: each identity would pay all its attempts)."""
+
+    def __init__(self) -> None:
+        self._run: dict[int, int] = {}
+        self._answered: set[int] = set()
+
+    def evalgate_seen(self, channel: int, error: EvalgateCallError | None) -> str | None:
+        """Note one call's outcome; the reason (a suffix of the error's category) when the
+        channel should stop now, else None."""
+        if error is None:
+            self._run.pop(channel, None)
+            self._answered.add(channel)
+            return None
+        if error.message.startswith(EVALGATE_REFUSED) and channel not in self._answered:
+            return " (before any answer: nothing listens there)"
+        if error.category != "bad_request":
+            return None
+        self._run[channel] = self._run.get(channel, 0) + 1
+        if self._run[channel] < EVALGATE_BAD_REQUEST_REPEATS:
+            return None
+        return f" (on {EVALGATE_BAD_REQUEST_REPEATS} identities in a row)"
 
 
 def evalgate_retry_wait(jitter_s: float, hint_s: float) -> float:

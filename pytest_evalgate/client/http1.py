@@ -386,7 +386,7 @@ class EvalgateHttpPool:
         except (OSError, ssl.SSLError) as exc:
             where = f"{target.host}:{target.port}"
             reason = f"cannot connect to {where} ({type(exc).__name__}: {exc})"
-            raise EvalgateHttpError(reason) from None
+            raise EvalgateHttpError(reason) from exc  # the cause tells a refusal (client.checks)
         self._open = {c for c in self._open if not c.closed}
         self._open.add(connection)
         return connection

@@ -2,8 +2,9 @@
 
 Contracts
 ---------
-- The verdict is a JSON object: the whole answer, or one found inside it (in a fenced block,
-  after prose, nested in another object). The first ``_SCAN_LIMIT`` characters are searched.
+- The verdict is a top-level JSON object: the whole answer, or one found inside it (in a
+  fenced block, after prose), never one nested in another object (issue 37: a ``score`` inside
+  unrelated JSON is ``judge_unparseable``). The first ``_SCAN_LIMIT`` characters are searched.
   Several objects that carry the verdict key are fine when they agree, and unparseable when
   they differ (a judge that changes its mind in one answer has not decided).
 - **pointwise**: ``score`` is a finite number (or a string holding one), within
@@ -140,27 +141,36 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
-    """Every distinct JSON object in ``text``, one per ``{`` that starts one.
+    """Every distinct top-level JSON object in ``text`` (prose and fences around it allowed).
 
-    Objects nested in others are found too (a verdict inside a wrapper counts). At most
+    Objects nested in others are not (a ``score`` inside unrelated JSON is no verdict). At most
     ``_DECODE_LIMIT`` starts are tried, so a hostile answer costs bounded time.
     """
     found: dict[bytes, dict[str, Any]] = {}
-    start, tries = text.find("{"), 0
+    start, tries = _next_start(text, 0), 0
     while start >= 0 and tries < _DECODE_LIMIT:
         decoded = _decode_at(text, start)
-        if decoded is not None:
+        # a decoded value's inside (an object's or an array's) is never searched: a verdict
+        # nested in other JSON is not the judge's verdict (issue 37)
+        after = start + 1 if decoded is None else decoded[1]
+        if decoded is not None and isinstance(decoded[0], dict):
             found.setdefault(_identity(decoded[0]), decoded[0])
-        start, tries = text.find("{", start + 1), tries + 1
+        start, tries = _next_start(text, after), tries + 1
     return list(found.values())
 
 
-def _decode_at(text: str, start: int) -> tuple[dict[str, Any], int] | None:
+def _next_start(text: str, at: int) -> int:
+    """Where the next JSON object or array may start at or after ``at`` (-1: none)."""
+    starts = [i for i in (text.find("{", at), text.find("[", at)) if i >= 0]
+    return min(starts, default=-1)
+
+
+def _decode_at(text: str, start: int) -> tuple[object, int] | None:
     try:
         value, end = _DECODER.raw_decode(text, start)
     except (ValueError, RecursionError):  # bad JSON, NaN/Infinity, absurd nesting
         return None
-    return (value, end) if isinstance(value, dict) else None
+    return (value, end) if isinstance(value, dict | list) else None
 
 
 def _identity(value: object) -> bytes:

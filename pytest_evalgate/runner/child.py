@@ -35,6 +35,7 @@ from pytest_evalgate.client import (
     evalgate_load_http,
 )
 from pytest_evalgate.client.budget import EvalgateLimiter
+from pytest_evalgate.client.checks import EvalgateBadRequests
 from pytest_evalgate.client.redact import evalgate_add_secret, evalgate_redact
 from pytest_evalgate.dialogue.loop import evalgate_run_dialogue
 from pytest_evalgate.dialogue.toolrun import EvalgateToolBox
@@ -82,6 +83,7 @@ class EvalgateChild:
         self._closing = False
         self._halted: dict[int, str] = {}  # closed stop channel -> why
         self._probes: dict[int, asyncio.Future[None]] = {}
+        self._bad_requests = EvalgateBadRequests()  # a 400 repeated across identities stops
         self._usage_flagged: set[int] = set()  # stop channels whose implausible usage was logged
         self._in_flight = 0
         self._concurrency = 1
@@ -238,9 +240,10 @@ class EvalgateChild:
         finally:
             self._in_flight -= 1
         error = result.error
-        fatal = error is not None and error.fatal
+        stop = self._bad_requests.evalgate_seen(work.halt, error)  # repeated or refused
+        fatal = error is not None and (error.fatal or stop is not None)
         if error is not None and fatal:
-            self._halted.setdefault(work.halt, f"{error.category}: {error.message}")
+            self._halted.setdefault(work.halt, f"{error.category}{stop or ''}: {error.message}")
         if result.usage_flag is not None and work.halt not in self._usage_flagged:
             self._usage_flagged.add(work.halt)
             self._log(

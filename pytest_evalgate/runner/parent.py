@@ -83,6 +83,7 @@ from pytest_evalgate.store import (
     EvalgateStandIn,
     evalgate_not_requested,
     evalgate_record_line,
+    evalgate_store_failed,
 )
 from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
@@ -236,6 +237,12 @@ class EvalgateRunner:
         self._eof = False
         self._failure: str | None = None
         self._committer = EvalgateCommitter(writer)
+        # a record is handed to its item only once committed (docs/store.md): the batch it
+        # was committed in, or in ``_unbatched`` while it waits in the writer
+        self._batch: dict[EvalgateIdentity, int] = {}
+        self._unbatched: dict[EvalgateIdentity, None] = {}
+        self.store_failure: str | None = None  # the commit failure that stopped the requests
+        self.lost = 0  # answers sealed but never committed, once the store failed
         self.progress = EvalgateProgress(expected=len(self._works))
 
     # -- the item loop's side ---------------------------------------------------------------
@@ -271,11 +278,15 @@ class EvalgateRunner:
         ``not_requested`` stand-in when its candidate was stopped."""
         key = work.key
         self._pump(0.0)
-        if key not in self._done:
+        if key not in self._done and self.store_failure is None:
             self._urge(work)
-        while key not in self._done:
+        while key not in self._done and self.store_failure is None:
             self._check_alive()
             self._pump(self._writer_timeout())
+        if not self._await_commit(key):
+            self._done.pop(key, None)
+            self._consumed += 1
+            return evalgate_store_failed(work.candidate, self.store_failure or "")
         record = self._done.pop(key)
         self._consumed += 1
         if self._consumed % _SEND_EVERY == 0:
@@ -304,13 +315,14 @@ class EvalgateRunner:
             self._drain()
         finally:
             self._reap()
-            self._committer.evalgate_stop()
-        if self._failure is not None:
+            self._committer.evalgate_stop(raise_failure=False)
+            self._store_ok()  # a failed commit, the tail's too, is the session's verdict
+        if self._failure is not None and self.store_failure is None:
             raise EvalgateError(f"evalgate runner failed: {self._failure}")
 
     def _drain(self) -> None:
         child = self._child
-        if child is None or child.stdin is None:
+        if child is None or child.stdin is None or self.store_failure is not None:
             return
         self._outbox.append(evalgate_encode(EvalgateWireClose()))
         self._flush()
@@ -385,6 +397,7 @@ class EvalgateRunner:
         self._sent[work.key] = -1  # never sent: answered by a run before this one
         record, line = work.evalgate_seal_line(outcome, self._writer.writer)
         self._writer.evalgate_add(prefix, record, line)
+        self._unbatched[work.key] = None
         self._count(None, record["usage"]["completion_tokens"])
         self._done[work.key] = record
         self.replayed += 1
@@ -494,6 +507,7 @@ class EvalgateRunner:
             self._stopped.setdefault(_halt_key(work), f"{error['category']}: {error['message']}")
         record, line = work.evalgate_seal_line(message.outcome, self._writer.writer)
         self._writer.evalgate_add(work.suite.prefixes[work.candidate], record, line)
+        self._unbatched[work.key] = None
         self._count(error, record["usage"]["completion_tokens"])
         self._done[work.key] = record
         if self._on_record is not None:
@@ -507,8 +521,47 @@ class EvalgateRunner:
         self._done[work.key] = stand_in
 
     def _commit_due(self) -> None:
-        if self._writer.evalgate_due():
-            self._committer.evalgate_put(self._writer.evalgate_take())
+        if self._store_ok() and self._writer.evalgate_due():
+            self._take()
+
+    def _take(self) -> None:
+        number = self._committer.evalgate_put(self._writer.evalgate_take())
+        for key in self._unbatched:
+            self._batch[key] = number
+        self._unbatched.clear()
+
+    def _await_commit(self, key: EvalgateIdentity) -> bool:
+        """Wait until ``key``'s record (if it has one to commit) is committed; False when
+        the store failed first (the record will never be committed)."""
+        while self._store_ok():
+            number = self._batch.get(key)
+            if number is None and key not in self._unbatched:
+                return True  # a stand-in, or committed before
+            if number is not None and self._committer.evalgate_wait(number, _MIN_POLL_S):
+                del self._batch[key]
+                return True
+            if number is None and (self._eof or len(self._unbatched) >= self._window // 2):
+                # the child is done, or half the window waits for this commit: commit now
+                # rather than let the window stall until the writer is due
+                self._take()
+            elif number is None:
+                self._pump(self._writer_timeout())
+        return False
+
+    def _store_ok(self) -> bool:
+        """False once a commit failed; the first time, stop requesting (docs/store.md)."""
+        failure = self._committer.failure
+        if failure is None:
+            return True
+        if self.store_failure is None:
+            self.store_failure = str(failure)
+            self._next = len(self._works)  # nothing more is sent
+            child = self._child
+            if child is not None and child.poll() is None:
+                child.kill()  # our own child: what it was still asking cannot be kept
+            self._eof = True
+        self.lost = self._writer.sealed - self._writer.committed
+        return False
 
     def _count(self, error: EvalgateRecordError | None, completion_tokens: int | None) -> None:
         self.progress.done += 1

@@ -306,11 +306,19 @@ class EvalgatePlugin:
 
     def _gate(self, session: pytest.Session) -> None:
         # Imported here, not at start-up: the first request is not held for the gate's modules.
-        from pytest_evalgate.session.gate import evalgate_crash_verdict, evalgate_gate_suite
+        from pytest_evalgate.session.gate import (
+            evalgate_crash_verdict,
+            evalgate_gate_suite,
+            evalgate_store_failed_verdict,
+        )
 
         self.gate_exit = 0
         if self.preload is not None:
             self.preload.join()  # never two threads importing the gate's modules at once
+        failed = self.running.store_failure
+        if failed is not None:  # the store cannot be read either: no decision, no traceback
+            self._keep_verdict(evalgate_store_failed_verdict(*failed))
+            return
         crash = evalgate_crash_verdict(self.crashed, self.selection)
         if crash is not None:
             self._keep_verdict(crash)

@@ -67,6 +67,17 @@ def evalgate_crash_verdict(
     return None
 
 
+def evalgate_store_failed_verdict(reason: str, lost: int) -> EvalgateVerdict:
+    """Verdict incomplete (exit 1) of a run whose store failed mid-run: requests stopped, the
+    answers never committed counted, no decision (the store that would hold it is failing)."""
+    line = (
+        f"evalgate: verdict INCOMPLETE: the store failed mid-run ({reason}); requests stopped,"
+        f" {lost} answer(s) not committed; no decision. Rerun when the store is back: it"
+        " resumes from what was committed"
+    )
+    return EvalgateVerdict(1, (line,))
+
+
 def evalgate_gate_suite(
     context: EvalgateGateContext, suite: EvalgateSuite, chosen: EvalgateChosen
 ) -> EvalgateVerdict:
@@ -101,10 +112,23 @@ def evalgate_gate_suite(
     config.hook.pytest_evalgate_decision(config=config, decision=outcome.decision)
     evalgate_junit_decision(config, outcome.decision)
     properties = evalgate_testcase_properties(config)
-    for rule in outcome.decision["rules"]:
-        for report in evalgate_rule_reports(rule, outcome.decision, properties):
-            config.hook.pytest_runtest_logreport(report=report)
+    reports = [
+        report
+        for rule in outcome.decision["rules"]
+        for report in evalgate_rule_reports(rule, outcome.decision, properties)
+    ]
+    _count_as_collected(config, {report.nodeid for report in reports})
+    for report in reports:
+        config.hook.pytest_runtest_logreport(report=report)
     return EvalgateVerdict(outcome.exit_status, tuple(summary))
+
+
+def _count_as_collected(config: pytest.Config, nodeids: set[str]) -> None:
+    # Each rule is reported as a test (it counts in "N passed"), so the terminal's progress,
+    # reported / collected, went past 100 % ("[106%]"): the rules join the collected count.
+    session = config.pluginmanager.get_plugin("session")
+    if isinstance(session, pytest.Session):
+        session.testscollected += len(nodeids)
 
 
 def evalgate_shard_zero_perf(context: EvalgateGateContext, suite: EvalgateSuite) -> None:

@@ -26,6 +26,7 @@ from pytest_evalgate.store import (
     evalgate_read_generation,
     evalgate_use_generation,
 )
+from pytest_evalgate.store.journal import evalgate_journal_folder
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ def evalgate_prepare_run(
         for name, key in keys.items()
     }
     stored: dict[EvalgateIdentity, EvalgateRecord] = {}
+    for prefix in prefixes.values():
+        _check_writes(backend, prefix, topology.shard_dir)
     for name, prefix in prefixes.items():
         expect = EvalgateExpectation(
             manifest.definition_digest, manifest.dataset_revision, keys[name]
@@ -92,6 +95,14 @@ def _generation(
     except OSError as exc:  # the store's folders cannot be made or written: refused
         reason = f"cannot be written ({exc.strerror or exc})"
         raise EvalgateStorePathError(store_root, reason) from exc
+
+
+def _check_writes(backend: EvalgateStoreBackend, prefix: str, shard_dir: str) -> None:
+    # The folders this process will commit into (its shard's segments and journal) are looked
+    # at before any request: one that leads out of the store (a symlink) is refused here, with
+    # nothing requested, rather than at the first commit after the answers were paid for.
+    for folder in (f"{prefix}/{shard_dir}", evalgate_journal_folder(prefix, shard_dir)):
+        backend.evalgate_children(folder)
 
 
 def evalgate_suite_works(

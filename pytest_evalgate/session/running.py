@@ -82,6 +82,14 @@ class EvalgateRunning:
         self.tool_services: list[EvalgateToolServices] = []  # started for tool suites
 
     @property
+    def store_failure(self) -> tuple[str, int] | None:
+        """(reason, answers not committed) when a commit failed and stopped the requests."""
+        runner = self.runner
+        if runner is None or runner.store_failure is None:
+            return None
+        return runner.store_failure, runner.lost
+
+    @property
     def progress(self) -> EvalgateProgress | None:
         """The runner's counters (None before it started)."""
         return None if self.runner is None else self.runner.progress

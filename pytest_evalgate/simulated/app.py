@@ -1,11 +1,13 @@
 """The simulator's application: routing, counters, control endpoints, faults and completions.
 
 Routes: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (answers, streamed when the
-body asks ``stream: true``), ``GET /v1/models``, ``GET /evalgate/stats``, ``POST
+body asks ``stream: true``), ``GET /v1/models``, ``GET /v1/models/{id}`` (models.retrieve:
+any name, as the simulator answers as any model), ``GET /evalgate/stats``, ``POST
 /evalgate/reset`` (zero the counters; answers the stats). A known path with another method is
 405, any other path 404. Completion bodies that are not a JSON object, lack ``messages`` (a list)
-or ``prompt`` (a string or list), carry a non-number ``temperature``, NaN or Infinity, or have
-odd shapes further in are 400 and keep the connection usable.
+or ``prompt`` (a string or list), carry a non-number ``temperature``, NaN or Infinity, ask
+what the simulator cannot do (``n`` > 1; a ``response_format`` other than ``text`` or
+``json_object``), or have odd shapes further in are 400 and keep the connection usable.
 
 The answer text comes from the :data:`~pytest_evalgate.simulated.styles.EvalgateSimAnswerer`
 given at construction; this module never looks at an answer key.
@@ -18,6 +20,7 @@ import json
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
+from urllib.parse import unquote
 
 from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
 from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S, EvalgateSimConfig
@@ -68,6 +71,21 @@ def evalgate_sim_validate(body: Mapping[str, object] | None, kind: str) -> str |
     temperature = body.get("temperature")
     if temperature is not None and not isinstance(temperature, int | float):
         return "'temperature' must be a number"
+    return _sim_unsupported(body)
+
+
+def _sim_unsupported(body: Mapping[str, object]) -> str | None:
+    """What the simulator would otherwise ignore in silence: more than one choice, or an
+    answer format it cannot keep (its judge styles answer JSON, so ``json_object`` is kept)."""
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        return "'n' must be a positive integer"
+    if n is not None and n > 1:
+        return f"'n': {n} is not supported by the simulator (one choice per request)"
+    form = body.get("response_format")
+    kind = form.get("type") if isinstance(form, dict) else form
+    if form is not None and kind not in ("text", "json_object"):
+        return f"'response_format' {json.dumps(form)[:80]} is not supported by the simulator"
     return None
 
 
@@ -140,6 +158,10 @@ class EvalgateSimApp:
             self._log(request, None, None)
             self.begin(proto)
             proto.reply(200, self._models_body())
+        elif request.path.startswith("/v1/models/") and request.method == "GET":
+            self._log(request, None, None)
+            self.begin(proto)  # models.retrieve: the simulator serves any model name
+            proto.reply(200, json.dumps(self._model(request.path[len("/v1/models/") :])).encode())
         elif request.path in _CONTROL:
             self._control(request, proto)
         else:
@@ -156,12 +178,17 @@ class EvalgateSimApp:
         proto.reply(200, json.dumps(self.stats()).encode())
 
     def _models_body(self) -> bytes:
-        names = ["evalgate-simulator", *self.models]
-        data = [
-            {"id": n, "object": "model", "created": 0, "owned_by": EVALGATE_SIM_OWNER}
-            for n in names
-        ]
+        data = [self._model(n) for n in ["evalgate-simulator", *self.models]]
         return json.dumps({"object": "list", "data": data}).encode()
+
+    @staticmethod
+    def _model(name: str) -> dict[str, object]:
+        return {
+            "id": unquote(name),
+            "object": "model",
+            "created": 0,
+            "owned_by": EVALGATE_SIM_OWNER,
+        }
 
     def _log(self, request: EvalgateSimRequest, model: object, index: int | None) -> None:
         if self.log is None:

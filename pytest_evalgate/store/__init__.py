@@ -66,6 +66,7 @@ from pytest_evalgate.store.records import (
     evalgate_record,
     evalgate_record_line,
     evalgate_seal,
+    evalgate_store_failed,
 )
 from pytest_evalgate.store.s3 import EvalgateS3Store, evalgate_is_s3
 from pytest_evalgate.store.served import EvalgateServedBy, evalgate_served_by
@@ -118,6 +119,7 @@ __all__ = [
     "evalgate_record_line",
     "evalgate_seal",
     "evalgate_served_by",
+    "evalgate_store_failed",
     "evalgate_use_generation",
     "evalgate_writer_id",
 ]

@@ -20,6 +20,7 @@ from typing import Protocol
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateStorePathError
 from pytest_evalgate.store.paths import (
     evalgate_check_inside,
+    evalgate_is_inside,
     evalgate_open_nofollow,
     evalgate_store_path,
 )
@@ -111,14 +112,22 @@ class EvalgateLocalStore:
         """Committed segments (``*.jsonl``, not hidden) under ``prefix``.
 
         Symlinked folders are not descended (``os.walk``'s default); a symlinked segment is
-        listed, and reading it is refused when it leads out of the store.
+        listed, and reading it is refused when it leads out of the store. A symlinked folder
+        that leads out of the store is listed too (under its own name, which is no segment
+        name), so every reader names it as a refused path instead of missing what it hides.
         """
         base = evalgate_store_path(self.root, prefix)
+        inside = os.path.realpath(self.root)
         found: list[str] = []
-        for folder, _dirs, files in os.walk(base):
+        for folder, dirs, files in os.walk(base):
             rel = os.path.relpath(folder, base)
             lead = prefix if rel == "." else f"{prefix}/{rel}" if prefix else rel
             found.extend(f"{lead}/{name}" if lead else name for name in files if _is_segment(name))
+            found.extend(
+                f"{lead}/{name}" if lead else name
+                for name in dirs
+                if _leads_out(os.path.join(folder, name), inside)
+            )
         return sorted(found)
 
     def evalgate_read(self, relpath: str) -> bytes:
@@ -177,6 +186,10 @@ def _publish(temp: str, target: str) -> None:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV) or os.path.exists(target):
             raise
         os.rename(temp, target)
+
+
+def _leads_out(path: str, inside: str) -> bool:
+    return os.path.islink(path) and not evalgate_is_inside(inside, os.path.realpath(path))
 
 
 def _is_segment(name: str) -> bool:

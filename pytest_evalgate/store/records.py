@@ -343,6 +343,13 @@ def evalgate_not_requested(candidate: str, reason: str) -> EvalgateStandIn:
     return {"error": {"category": "not_requested", "status": None, "message": message}}
 
 
+def evalgate_store_failed(candidate: str, reason: str) -> EvalgateStandIn:
+    """The stand-in of an identity whose answer was never committed (or never requested)
+    because the store failed mid-run after ``reason``. Never stored: the next run requests it."""
+    message = f"not committed: the store failed mid-run ({reason}); candidate {candidate!r}"
+    return {"error": {"category": "store_failed", "status": None, "message": message}}
+
+
 def evalgate_record(
     identity: EvalgateIdentity,
     outcome: EvalgateOutcome,

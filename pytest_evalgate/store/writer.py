@@ -63,6 +63,7 @@ class EvalgateSegmentWriter:
         self._count = 0
         self._oldest = 0.0
         self._seq = 0
+        self.sealed = 0  # records added
         self.committed = 0
 
     def evalgate_add(
@@ -75,6 +76,7 @@ class EvalgateSegmentWriter:
         data = line if line is not None else evalgate_canonical_json(record) + b"\n"
         self._pending.setdefault(prefix, []).append(data)
         self._count += 1
+        self.sealed += 1
 
     def evalgate_due(self) -> bool:
         """Whether ``max_records`` are pending or the oldest is ``max_age_s`` old."""
