@@ -45,7 +45,9 @@ def test_every_metric_loads_with_its_bound_and_defaults(tmp_path: Path) -> None:
     assert [rule.metric for rule in policy.online] == list(EVALGATE_ONLINE_METRICS)
     first, ttft, tpot, length, judge, refusal, stops, tools = policy.online
     assert (refusal.bound, stops.threshold, tools.metric) == (
-        "max", 0.02, "tool_call_failure_delta"
+        "max",
+        0.02,
+        "tool_call_failure_delta",
     )
     assert first == EvalgateOnlineRule("error_rate_delta", "max", 0.002, "1m", "5m", 1, 0)
     assert (ttft.interval, ttft.window, ttft.failure_limit) == ("5m", "10m", 2)  # SPEC's example

@@ -135,9 +135,7 @@ def _mean(numerator: str, denominator: str, version: str, span: str, selector: s
     return f"({top} / {_rate(denominator, version, span, selector)})"
 
 
-def _share_delta(
-    part: str, part_matcher: str, whole: str, span: str, selector: str
-) -> str:
+def _share_delta(part: str, part_matcher: str, whole: str, span: str, selector: str) -> str:
     """Share of ``whole``'s events that are ``part`` (with ``part_matcher``), canary - stable."""
     sides = [
         f"({_rate(part, version, span, selector, part_matcher)}"
