@@ -170,3 +170,29 @@ def test_the_template_carries_the_same_queries(world: tuple[EvalgatePromServer, 
     assert 'finished_reason="length"' in queries[1] and 'outcome="error"' in queries[2]
     value = prom.value(queries[1].replace("version=", 'scenario="worse",version='))
     assert 0.1 < value < 0.2  # 0.15 played, read back through the template's own query
+
+
+CELLS = """cells:
+  - {name: worse, route: r-worse, namespace: ns-a, pools: {stable: s, canary: c},
+     selector: 'scenario="worse"'}
+  - {name: equal, route: r-equal, namespace: ns-b, pools: {stable: s, canary: c},
+     selector: 'scenario="equal"'}
+"""
+
+
+@pytest.mark.parametrize("cell, status", [("worse", 1), ("equal", 0)])
+def test_check_one_cell_reads_that_cell_only(
+    world: tuple[EvalgatePromServer, Path],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    cell: str,
+    status: int,
+) -> None:
+    prom, suite = world
+    cells = tmp_path / "cells.yaml"
+    cells.write_text(CELLS, encoding="utf-8")
+    argv = ["canary", "check", str(suite), "--prometheus", prom.url, "--cells", str(cells),
+            "--cell", cell]  # fmt: skip
+    assert main(argv) == status
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f'cell {cell}: scenario="{cell}"'
