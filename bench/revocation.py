@@ -93,9 +93,7 @@ def main() -> int:
             if pending:
                 print(f"round {round_}: cells {sorted(pending)} still admit after {args.timeout} s")
         print(f"{args.cells} cells' webhooks on one registry, {args.rounds} revocations")
-        print(
-            "cell  revocations  p50 ms  max ms   (from revoke's return to that cell's first deny)"
-        )
+        print("cell  revocations  reviews  p50 ms  max ms  (from revoke to the cell's first deny)")
         for index, values in enumerate(delays):
             p50 = evalgate_percentile(values, 50) if values else float("nan")
             top = max(values) if values else float("nan")
