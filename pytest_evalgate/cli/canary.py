@@ -105,6 +105,11 @@ def _rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--opt-out-header", default="x-evalgate-canary=opt-out", help="NAME=VALUE kept on stable"
     )
+    parser.add_argument(
+        "--sticky-header",
+        help="keep a conversation on one version: sessionPersistence on this header "
+        "(Gateway API experimental channel), e.g. x-conversation-id",
+    )
 
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -239,6 +244,7 @@ def _rollout_options(
         analysis_template=args.template or f"{slug}-online", app=args.app or deployment,
         namespace=args.namespace, bakes=_bakes(args.bake, policy), target_port=args.port,
         epp_port=args.epp_port, opt_out_header=header, opt_out_value=value,
+        sticky_header=args.sticky_header,
     )  # fmt: skip
 
 
