@@ -279,7 +279,7 @@ def test_plan_states_its_formula_and_variance_assumption(capsys: Capsys) -> None
     )  # fmt: skip
     assert (
         lines[-1]
-        == "variance: Bernoulli errors, p(1-p) per request: stable rate 0.02, canary rate 0.03"
+        == "variance: Bernoulli events, p(1-p) per request: stable rate 0.02, canary rate 0.03"
     )
 
 

@@ -98,6 +98,9 @@ VLLM_NAMES = {
     "tpot_p95_ratio": ["vllm:time_per_output_token_seconds_bucket{", "histogram_quantile(0.95, "],
     "output_length_ratio": ["vllm:generation_tokens_total{", "vllm:request_success_total{"],
     "judge_score_delta": ["evalgate_online_judge_score_sum{", "evalgate_online_judge_score_count{"],
+    "refusal_rate_delta": ["evalgate_online_refusals_total{", "evalgate_online_answers_total{"],
+    "length_stop_share_delta": ['finished_reason="length"', "vllm:request_success_total{"],
+    "tool_call_failure_delta": ['outcome="error"', "evalgate_tool_calls_total{"],
 }
 
 

@@ -276,7 +276,7 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
         "override", "policy", "weights", "serve", "shard-plan", "k8s", "polyaxon", "registry",
-        "admission", "canary", "canary-scan", "trend", "import", "plan", "probe",
+        "admission", "canary", "shadow", "canary-scan", "trend", "import", "plan", "probe",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

@@ -28,6 +28,9 @@ ONLINE = """online:
   - {metric: tpot_p95_ratio,      max: 1.10, window: 30s}
   - {metric: output_length_ratio, max: 1.15, interval: 2m}
   - {metric: judge_score_delta,   min: -0.01, window: 2h, failure_limit: 0}
+  - {metric: refusal_rate_delta,  max: 0.01}
+  - {metric: length_stop_share_delta, max: 0.02}
+  - {metric: tool_call_failure_delta, max: 0.01}
 """
 
 
@@ -40,13 +43,18 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_every_metric_loads_with_its_bound_and_defaults(tmp_path: Path) -> None:
     policy = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + ONLINE))
     assert [rule.metric for rule in policy.online] == list(EVALGATE_ONLINE_METRICS)
-    first, ttft, tpot, length, judge = policy.online
+    first, ttft, tpot, length, judge, refusal, stops, tools = policy.online
+    assert (refusal.bound, stops.threshold, tools.metric) == (
+        "max",
+        0.02,
+        "tool_call_failure_delta",
+    )
     assert first == EvalgateOnlineRule("error_rate_delta", "max", 0.002, "1m", "5m", 1, 0)
     assert (ttft.interval, ttft.window, ttft.failure_limit) == ("5m", "10m", 2)  # SPEC's example
     assert tpot.window == "30s" and length.interval == "2m"
     assert (judge.bound, judge.threshold) == ("min", -0.01)
     assert (judge.window, judge.failure_limit) == ("2h", 0)
-    assert [rule.index for rule in policy.online] == [0, 1, 2, 3, 4]
+    assert [rule.index for rule in policy.online] == list(range(8))
 
 
 def test_to_dict_round_trips_through_the_loader(tmp_path: Path) -> None:
@@ -109,7 +117,8 @@ def test_online_rules_take_no_part_in_the_offline_verdict(tmp_path: Path) -> Non
 
 def test_the_support_suite_carries_online_rules() -> None:
     policy = gate_policy.evalgate_load_policy(REPO / "suites" / "support" / "gate.yaml")
-    assert {rule.metric for rule in policy.online} == set(EVALGATE_ONLINE_METRICS)
+    spec15 = {"error_rate_delta", "ttft_p95_ratio", "tpot_p95_ratio", "output_length_ratio"}
+    assert {rule.metric for rule in policy.online} == spec15 | {"judge_score_delta"}
 
 
 REFUSALS = {

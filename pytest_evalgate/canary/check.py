@@ -240,7 +240,12 @@ def evalgate_rule_line(rule: EvalgateRuleCheck) -> str:
 
 
 def _unit(rule: EvalgateRuleCheck) -> str:
-    return "judged requests" if rule.rule.metric == "judge_score_delta" else "requests"
+    units = {
+        "judge_score_delta": "judged requests",
+        "refusal_rate_delta": "judged answers",
+        "tool_call_failure_delta": "tool calls",
+    }
+    return units.get(rule.rule.metric, "requests")
 
 
 def _samples(rule: EvalgateRuleCheck) -> str:

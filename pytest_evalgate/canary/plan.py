@@ -11,8 +11,10 @@ judged; 1 for what every request reports), a bake of t seconds holds ``n_canary 
 
 Per-request variances (the assumptions; each can be changed with ``sd`` or ``baseline_rate``):
 
-- ``error_rate_delta``: Bernoulli, ``p (1 - p)``, with the stable rate ``baseline_rate``
-  (default 0.1 %) and the canary rate ``baseline_rate + E``.
+- ``error_rate_delta`` and the other shares (``refusal_rate_delta``,
+  ``length_stop_share_delta``, ``tool_call_failure_delta``): Bernoulli, ``p (1 - p)``, with the
+  stable rate ``baseline_rate`` (default 0.1 %: pass the metric's own, e.g. 5 % for length
+  stops) and the canary rate ``baseline_rate + E``.
 - ``ttft_p95_ratio``, ``tpot_p95_ratio``: log-normal latencies with log-scale standard
   deviation ``sd`` (default 0.5 for TTFT, 0.3 for TPOT); the estimate is the log of the sample
   p95, whose asymptotic variance is ``sd^2 * 0.95 * 0.05 / phi(z_0.95)^2 / n`` (the sample
@@ -33,7 +35,11 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS, EVALGATE_RATIO_METRICS
+from pytest_evalgate.policy.online import (
+    EVALGATE_ONLINE_METRICS,
+    EVALGATE_RATE_METRICS,
+    EVALGATE_RATIO_METRICS,
+)
 
 _P = 0.95  # the quantile the latency rules compare
 EVALGATE_DEFAULT_SD = {
@@ -138,7 +144,7 @@ def evalgate_variances(
     metric: str, effect: float, assumptions: EvalgatePlanAssumptions
 ) -> tuple[float, float]:
     """Per-sample variance of the estimate for (canary, stable) under ``effect``."""
-    if metric == "error_rate_delta":
+    if metric in EVALGATE_RATE_METRICS:
         stable = assumptions.baseline_rate
         canary = min(1.0, stable + abs(effect))
         return canary * (1.0 - canary), stable * (1.0 - stable)
@@ -160,10 +166,10 @@ def evalgate_variance_assumption(
     metric: str, effect: float, assumptions: EvalgatePlanAssumptions
 ) -> str:
     """The variance assumption of ``metric`` in one sentence."""
-    if metric == "error_rate_delta":
+    if metric in EVALGATE_RATE_METRICS:
         p = assumptions.baseline_rate
         return (
-            f"Bernoulli errors, p(1-p) per request: stable rate {p:g}, canary rate "
+            f"Bernoulli events, p(1-p) per request: stable rate {p:g}, canary rate "
             f"{min(1.0, p + abs(effect)):g}"
         )
     sd = _sd(metric, assumptions)

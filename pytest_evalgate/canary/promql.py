@@ -35,6 +35,16 @@ EVALGATE_ERROR_MATCHER = 'status=~"5.."'
 # Mean online judge score (0..1) of the sampled requests: a summary the online judging sampler
 # exports (vLLM has no such metric); its _sum and _count series are used.
 EVALGATE_JUDGE_SCORE = "evalgate_online_judge_score"
+# vLLM labels each finished request with why it stopped: finished_reason="stop", "length", ...
+EVALGATE_LENGTH_MATCHER = 'finished_reason="length"'
+# Refusals among sampled answers: counters the online judge sampler exports beside its score
+# (``evalgate online-judge``), one per judged answer and one per refusing answer.
+EVALGATE_ONLINE_ANSWERS = "evalgate_online_answers_total"
+EVALGATE_ONLINE_REFUSALS = "evalgate_online_refusals_total"
+# Tool calls by outcome ("ok", "error"): a counter the tool-executing application (the agent
+# runtime in front of the model) exports; vLLM cannot see whether a tool call worked.
+EVALGATE_TOOL_CALLS = "evalgate_tool_calls_total"
+EVALGATE_TOOL_FAILED_MATCHER = 'outcome="error"'
 EVALGATE_VERSIONS = ("canary", "stable")
 
 # What counts one independent sample of each rule (TPOT's histogram counts tokens, which are not
@@ -45,6 +55,9 @@ _SAMPLE_COUNTERS: Mapping[str, str] = {
     "tpot_p95_ratio": EVALGATE_REQUEST_SUCCESS,
     "output_length_ratio": EVALGATE_REQUEST_SUCCESS,
     "judge_score_delta": f"{EVALGATE_JUDGE_SCORE}_count",
+    "refusal_rate_delta": EVALGATE_ONLINE_ANSWERS,
+    "length_stop_share_delta": EVALGATE_REQUEST_SUCCESS,
+    "tool_call_failure_delta": EVALGATE_TOOL_CALLS,
 }
 _MATCHER = re.compile(r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"\s*')
 
@@ -122,6 +135,16 @@ def _mean(numerator: str, denominator: str, version: str, span: str, selector: s
     return f"({top} / {_rate(denominator, version, span, selector)})"
 
 
+def _share_delta(part: str, part_matcher: str, whole: str, span: str, selector: str) -> str:
+    """Share of ``whole``'s events that are ``part`` (with ``part_matcher``), canary - stable."""
+    sides = [
+        f"({_rate(part, version, span, selector, part_matcher)}"
+        f" / {_rate(whole, version, span, selector)})"
+        for version in EVALGATE_VERSIONS
+    ]
+    return f"{sides[0]} - {sides[1]}"
+
+
 def _error_rate_delta(span: str, selector: str) -> str:
     canary, stable = (_error_rate(version, span, selector) for version in EVALGATE_VERSIONS)
     return f"{canary} - {stable}"
@@ -152,4 +175,13 @@ _BUILDERS: Mapping[str, Callable[[str, str], str]] = {
     "tpot_p95_ratio": functools.partial(_p95_ratio, EVALGATE_TPOT),
     "output_length_ratio": _output_length_ratio,
     "judge_score_delta": _judge_score_delta,
+    "refusal_rate_delta": functools.partial(
+        _share_delta, EVALGATE_ONLINE_REFUSALS, "", EVALGATE_ONLINE_ANSWERS
+    ),
+    "length_stop_share_delta": functools.partial(
+        _share_delta, EVALGATE_REQUEST_SUCCESS, EVALGATE_LENGTH_MATCHER, EVALGATE_REQUEST_SUCCESS
+    ),
+    "tool_call_failure_delta": functools.partial(
+        _share_delta, EVALGATE_TOOL_CALLS, EVALGATE_TOOL_FAILED_MATCHER, EVALGATE_TOOL_CALLS
+    ),
 }

@@ -14,6 +14,10 @@ Shape (``evalgate canary rollout``), one Argo Rollouts ``Rollout`` over the serv
   requires ``canaryService`` / ``stableService``, which are given those names too.
 - The HTTPRoute's first rule sends requests with the opt-out header to the stable pool only
   (more header matches win in Gateway API, whatever the weights of the second rule).
+- Stickiness (``sticky_header``, SPEC 21): the weighted rule gets ``sessionPersistence`` of
+  type ``Header`` on the header naming the conversation, so the gateway keeps a conversation on
+  the version it first reached while the weights move. The field is in Gateway API's
+  experimental channel only: such a route needs the experimental HTTPRoute CRD installed.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class EvalgateRolloutOptions:
     epp_port: int = 9002
     opt_out_header: str = "x-evalgate-canary"
     opt_out_value: str = "opt-out"
+    sticky_header: str | None = None  # sessionPersistence on this header (experimental channel)
 
 
 def evalgate_check_rollout_options(options: EvalgateRolloutOptions) -> None:
@@ -86,6 +91,9 @@ def _ports_and_header(source: str, options: EvalgateRolloutOptions) -> None:
         raise EvalgateConfigError(source, "opt_out_header", reason)
     if not 1 <= len(options.opt_out_value) <= 4096:
         raise EvalgateConfigError(source, "opt_out_value", "1 to 4096 characters")
+    sticky = options.sticky_header
+    if sticky is not None and (len(sticky) > 256 or not _HEADER.match(sticky)):
+        raise EvalgateConfigError(source, "sticky_header", f"an HTTP header name (got {sticky!r})")
 
 
 def evalgate_rollout_objects(options: EvalgateRolloutOptions) -> list[dict[str, Any]]:
@@ -130,7 +138,7 @@ def _pool_ref(name: str, weight: int | None) -> dict[str, Any]:
 def _http_route(options: EvalgateRolloutOptions) -> dict[str, Any]:
     everything = {"path": {"type": "PathPrefix", "value": "/"}}
     opt_out = {"type": "Exact", "name": options.opt_out_header, "value": options.opt_out_value}
-    rules = [
+    rules: list[dict[str, Any]] = [
         {
             "matches": [{**everything, "headers": [opt_out]}],
             "backendRefs": [_pool_ref(options.stable_pool, None)],
@@ -140,6 +148,11 @@ def _http_route(options: EvalgateRolloutOptions) -> dict[str, Any]:
             "backendRefs": [_pool_ref(options.stable_pool, 100), _pool_ref(options.canary_pool, 0)],
         },
     ]
+    if options.sticky_header:
+        # one conversation, one version: the gateway pins a header value to the backend it
+        # first chose, across weight changes (Gateway API experimental channel)
+        persistence: dict[str, Any] = {"type": "Header", "header": {"name": options.sticky_header}}
+        rules[_WEIGHTED_RULE]["sessionPersistence"] = persistence
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",

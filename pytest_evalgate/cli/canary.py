@@ -2,9 +2,11 @@
 
 - ``template SUITE``: the AnalysisTemplate of ``gate.yaml``'s ``online:`` rules, YAML on stdout.
 - ``rollout SUITE --stable POOL --canary POOL``: the two InferencePools, the HTTPRoute and the
-  Rollout, YAML on stdout, ending with the one-line rollback as a YAML comment.
+  Rollout, YAML on stdout, ending with the one-line rollback as a YAML comment. With
+  ``--cells cells.yaml`` instead: those objects per cell (``canary/cells.py``), then the wave
+  plan and each cell's rollback as comments.
 - ``check SUITE --prometheus URL``: the template's queries now; passes (0), fails (1) or has
-  too little traffic to judge (2, undecided).
+  too little traffic to judge (2, undecided); ``--cells F --cell C`` judges one cell.
 - ``plan --rate R --weight W --metric M --effect E``: the bake time, its formula and variance.
 
 A suite without online rules, bad names, durations or selectors exit 4; an unreachable
@@ -76,8 +78,12 @@ def _template_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _rollout_arguments(parser: argparse.ArgumentParser) -> None:
     _suite_arguments(parser)
-    parser.add_argument("--stable", required=True, help="InferencePool of the stable version")
-    parser.add_argument("--canary", required=True, help="InferencePool of the canary version")
+    parser.add_argument("--stable", help="InferencePool of the stable version (without --cells)")
+    parser.add_argument("--canary", help="InferencePool of the canary version (without --cells)")
+    parser.add_argument("--cells", help="cells.yaml: one Rollout and HTTPRoute per cell, in waves")
+    parser.add_argument(
+        "--prometheus", default=EVALGATE_DEFAULT_PROMETHEUS, help="address Argo queries (--cells)"
+    )
     parser.add_argument("--name", help="Rollout name (default: the suite's name)")
     parser.add_argument(
         "--deployment", help="serving Deployment the Rollout takes over (default: --name)"
@@ -99,6 +105,11 @@ def _rollout_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--opt-out-header", default="x-evalgate-canary=opt-out", help="NAME=VALUE kept on stable"
     )
+    parser.add_argument(
+        "--sticky-header",
+        help="keep a conversation on one version: sessionPersistence on this header "
+        "(Gateway API experimental channel), e.g. x-conversation-id",
+    )
 
 
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +117,8 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     _query_arguments(parser)
     parser.add_argument("--prometheus", required=True, help="Prometheus base URL")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per query")
+    parser.add_argument("--cells", help="cells.yaml (with --cell)")
+    parser.add_argument("--cell", help="judge this cell only (its selector, from --cells)")
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
@@ -179,9 +192,40 @@ def _rollout(args: argparse.Namespace) -> bool:
     from pytest_evalgate.k8s.render import evalgate_to_yaml
 
     manifest, policy = _load(args)
+    if args.cells:
+        return _cell_rollout(args, manifest, policy)
+    if not (args.stable and args.canary):
+        from pytest_evalgate.errors import EvalgateConfigError
+
+        raise EvalgateConfigError("canary rollout", "stable", "--stable and --canary, or --cells")
     options = _rollout_options(args, manifest, policy)
     sys.stdout.write(evalgate_to_yaml(evalgate_rollout_objects(options)))
     print(f"# rollback (all weight back to stable): {evalgate_rollback_command(options)}")
+    return True
+
+
+def _cell_rollout(
+    args: argparse.Namespace, manifest: EvalgateManifest, policy: EvalgatePolicy
+) -> bool:
+    from pytest_evalgate.canary import evalgate_rollback_command
+    from pytest_evalgate.canary.cells import (
+        evalgate_cell_objects,
+        evalgate_cell_options,
+        evalgate_load_cells,
+        evalgate_wave_plan,
+    )
+    from pytest_evalgate.k8s.render import evalgate_to_yaml
+
+    cells = evalgate_load_cells(args.cells)
+    args.stable, args.canary = cells.cells[0].stable_pool, cells.cells[0].canary_pool
+    base = _rollout_options(args, manifest, policy)
+    objects = evalgate_cell_objects(base, cells, policy, args.prometheus)
+    sys.stdout.write(evalgate_to_yaml(objects))
+    for line in evalgate_wave_plan(base, cells):
+        print(f"# {line}")
+    for cell in cells.cells:
+        rollback = evalgate_rollback_command(evalgate_cell_options(base, cell))
+        print(f"# rollback of cell {cell.name}: {rollback}")
     return True
 
 
@@ -200,6 +244,7 @@ def _rollout_options(
         analysis_template=args.template or f"{slug}-online", app=args.app or deployment,
         namespace=args.namespace, bakes=_bakes(args.bake, policy), target_port=args.port,
         epp_port=args.epp_port, opt_out_header=header, opt_out_value=value,
+        sticky_header=args.sticky_header,
     )  # fmt: skip
 
 
@@ -231,11 +276,24 @@ def _check(args: argparse.Namespace) -> bool | None:
 
     _, policy = _load(args)
     selector, window = evalgate_selector(args.selector), _window(args.window)
+    if args.cell or args.cells:
+        selector = _cell_selector(args, selector)
     with EvalgatePrometheus(args.prometheus, timeout_s=args.timeout) as prometheus:
         check = evalgate_canary_check(policy, prometheus, window=window, selector=selector)
     for line in evalgate_check_lines(check):
         print(line)
     return {"pass": True, "fail": False}.get(check.result)
+
+
+def _cell_selector(args: argparse.Namespace, selector: str) -> str:
+    from pytest_evalgate.canary.cells import evalgate_cell_selector, evalgate_load_cells
+    from pytest_evalgate.errors import EvalgateConfigError
+
+    if not (args.cell and args.cells):
+        raise EvalgateConfigError("canary check", "cell", "--cell NAME needs --cells FILE")
+    cell = evalgate_load_cells(args.cells).cell(args.cell)
+    print(f"cell {cell.name}: {cell.selector}")
+    return evalgate_cell_selector(cell, selector)
 
 
 def _plan(args: argparse.Namespace) -> bool:

@@ -23,6 +23,7 @@ from pytest_evalgate.cli.policy import evalgate_policy_commands
 from pytest_evalgate.cli.polyaxon import evalgate_polyaxon_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
+from pytest_evalgate.cli.shadow import evalgate_shadow_commands
 from pytest_evalgate.cli.shard_plan import evalgate_shard_plan_commands
 from pytest_evalgate.cli.suite import evalgate_suite_commands
 from pytest_evalgate.cli.trend import evalgate_trend_commands
@@ -46,6 +47,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_registry_commands(),
         *evalgate_admission_commands(),
         *evalgate_canary_commands(),
+        *evalgate_shadow_commands(),
         *evalgate_contamination_commands(),
         *evalgate_trend_commands(),
         *evalgate_import_commands(),

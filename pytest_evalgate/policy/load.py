@@ -31,6 +31,7 @@ from pytest_evalgate.formats.yamlread import EvalgateYamlError, evalgate_load_ya
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_RULE_METRICS, MAX_RATE_AT_SLO
 from pytest_evalgate.policy.online import EvalgateOnlineRule, evalgate_online_rules
+from pytest_evalgate.policy.shadow import EvalgateShadowRule, evalgate_shadow_rules
 
 EVALGATE_POLICY_NAME = "gate.yaml"
 EVALGATE_GAP_RULE = "public_private_gap"
@@ -111,7 +112,8 @@ def evalgate_bound(rule: str, limit: float) -> float:
 class EvalgatePolicy:
     """A validated gate policy. ``source`` (the file) is for messages and not part of the digest.
 
-    ``online`` holds the canary rules (``online.py``); the offline verdict never reads them.
+    ``online`` holds the canary rules (``online.py``), ``shadow`` the shadow stage's
+    (``shadow.py``); the offline verdict never reads either.
     """
 
     version: str
@@ -124,10 +126,12 @@ class EvalgatePolicy:
     baseline: str | None = "baseline"  # None: a single-model policy (gate_single.py)
     source: str = "gate.yaml"
     online: tuple[EvalgateOnlineRule, ...] = ()
+    shadow: tuple[EvalgateShadowRule, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised policy (defaults filled in) as builtins, without ``source``; ``online``
-        only when there are online rules (so policies without them keep their digest)."""
+        and ``shadow`` only when there are such rules (so policies without them keep their
+        digest)."""
         out = {
             "version": self.version,
             "confidence": self.confidence,
@@ -139,6 +143,8 @@ class EvalgatePolicy:
         }
         if self.online:
             out["online"] = [rule.to_dict() for rule in self.online]
+        if self.shadow:
+            out["shadow"] = [rule.to_dict() for rule in self.shadow]
         return out
 
 
@@ -294,6 +300,7 @@ class _Policy(pydantic.BaseModel):
     baseline: str | None = "baseline"
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
     online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
+    shadow: Any = None  # validated by shadow.evalgate_shadow_rules
 
 
 def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:
@@ -361,6 +368,7 @@ def _to_policy(model: _Policy, source: str) -> EvalgatePolicy:
         baseline=model.baseline,
         source=source,
         online=evalgate_online_rules(model.online, source),
+        shadow=evalgate_shadow_rules(model.shadow, source),
     )
 
 

@@ -9,6 +9,9 @@ Each rule is ``{metric: M, max: X | min: X, interval: 5m, window: 10m, failure_l
 | ``tpot_p95_ratio`` | max | p95 time per output token, canary over stable |
 | ``output_length_ratio`` | max | mean output tokens per finished request, canary over stable |
 | ``judge_score_delta`` | min | mean online judge score (0..1), canary minus stable |
+| ``refusal_rate_delta`` | max | share of sampled answers that refuse, canary minus stable |
+| ``length_stop_share_delta`` | max | share of ``length`` stops, canary minus stable |
+| ``tool_call_failure_delta`` | max | share of tool calls that failed, canary minus stable |
 
 ``window`` is the PromQL range both sides are measured over, ``interval`` how often Argo Rollouts
 measures, ``failure_limit`` how many failed measurements it tolerates. A bound must leave room for
@@ -37,7 +40,14 @@ EVALGATE_ONLINE_METRICS: Mapping[str, str] = {
     "tpot_p95_ratio": "max",
     "output_length_ratio": "max",
     "judge_score_delta": "min",
+    "refusal_rate_delta": "max",
+    "length_stop_share_delta": "max",
+    "tool_call_failure_delta": "max",
 }
+EVALGATE_RATE_METRICS = (
+    "error_rate_delta", "refusal_rate_delta", "length_stop_share_delta", "tool_call_failure_delta",
+)  # fmt: skip
+"""The rules on a share of Bernoulli events (``canary.plan``'s variance ``p (1 - p)``)."""
 EVALGATE_RATIO_METRICS = ("ttft_p95_ratio", "tpot_p95_ratio", "output_length_ratio")
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 EVALGATE_DURATION_PATTERN = r"^[1-9][0-9]*[smh]$"  # a PromQL range and an Argo Rollouts duration
