@@ -61,6 +61,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
     parser.add_argument("--candidate-timeout", type=float, default=60.0, help="seconds")
     parser.add_argument("--max-in-flight", type=int, default=64, help="candidate calls out")
+    parser.add_argument(
+        "--keep-question", action="store_true",
+        help="keep each pair's question, redacted (for evalgate online-judge)",
+    )  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> bool | None:
@@ -102,7 +106,7 @@ def _serve(args: argparse.Namespace) -> bool:
     config = EvalgateShadowConfig(
         stable_url=args.stable, candidate_url=args.candidate, fraction=args.percent / 100,
         seed=args.seed, candidate_timeout_s=args.candidate_timeout,
-        max_in_flight=args.max_in_flight,
+        max_in_flight=args.max_in_flight, keep_question=args.keep_question,
     )  # fmt: skip
     proxy = EvalgateShadowProxy(config, _writer(args, os.getpid()))
 
