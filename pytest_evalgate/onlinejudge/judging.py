@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pytest_evalgate.client import EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.client.budget import EvalgateLimiter
@@ -29,19 +30,28 @@ from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.onlinejudge.feed import EvalgateOnlineAnswer
 
 
-def evalgate_online_judged(manifest: EvalgateManifest) -> EvalgateJudged:
-    """The suite's pointwise judge; a suite without a judge, or a pairwise one, is refused."""
+def evalgate_online_judged(manifest: EvalgateManifest, *, pairwise: bool = False) -> EvalgateJudged:
+    """The suite's judge; a suite without one is refused, and so is a pairwise judge unless
+    ``pairwise`` (the shadow gate's preference judges pairs; the online judge scores answers)."""
     judged = manifest.judged
     if judged is None:
         reason = f"suite {manifest.suite!r} is not judged (evaluator.scorer is not 'judge')"
         raise EvalgateConfigError(manifest.path, "evaluator.scorer", reason)
-    if judged.mode != "pointwise":
+    if judged.mode != "pointwise" and not pairwise:
         reason = (
             "online judging scores each answer on its own, and a pairwise judge gives no score "
             "of one answer: use a pointwise judged suite (mode: pointwise, with a scale)"
         )
         raise EvalgateConfigError(manifest.path, "evaluator.mode", reason)
     return judged
+
+
+@dataclass(frozen=True)
+class EvalgateJudgeText:
+    """What one judge request gave: the judge's text, or the error category."""
+
+    output: str | None
+    error: str | None
 
 
 @contextlib.contextmanager
@@ -75,16 +85,23 @@ class EvalgateOnlineScorer:
         evaluator = self.judged.evaluator
         assert evaluator.scale is not None
         messages = evalgate_pointwise_messages(evaluator, answer.question, answer.answer, None)
-        body = evalgate_judge_body(self.judged.judge, messages)
-        tokens = sum(len(m["content"]) for m in messages) // 4 + 256
-        identity = f"judge/online/{answer.version}/{next(self._numbers)}"
-        result = await self._client.call(self.endpoint, body, identity, tokens)
-        if result.error is not None:
-            return f"judge_{result.error.category}"
-        verdict = evalgate_parse_pointwise(result.output, evaluator.scale)
+        text = await self.ask(messages, f"{answer.version}/{next(self._numbers)}")
+        if text.error is not None:
+            return text.error
+        verdict = evalgate_parse_pointwise(text.output, evaluator.scale)
         if isinstance(verdict, EvalgateJudgeUnparseable):
             return verdict.category
         return verdict.value
+
+    async def ask(self, messages: list[dict[str, str]], label: str) -> EvalgateJudgeText:
+        """One judge request of ``messages`` with the judge's pinned settings: its text, or
+        the error category ``judge_<client category>``."""
+        body = evalgate_judge_body(self.judged.judge, messages)
+        tokens = sum(len(m["content"]) for m in messages) // 4 + 256
+        result = await self._client.call(self.endpoint, body, f"judge/online/{label}", tokens)
+        if result.error is not None:
+            return EvalgateJudgeText(None, f"judge_{result.error.category}")
+        return EvalgateJudgeText(result.output, None)
 
     async def aclose(self) -> None:
         """Close the client's connections."""
