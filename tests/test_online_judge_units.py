@@ -10,6 +10,9 @@ import json
 import random
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +82,22 @@ def test_the_feed_reader_follows_a_growing_file_line_by_line(tmp_path: Path) -> 
     assert reader.poll() == []
     feed.write_bytes(b'{"d": 4}\n')  # replaced by a shorter file: read from its start
     assert reader.poll() == [b'{"d": 4}']
+
+
+def test_a_large_feed_is_read_in_pieces_and_an_endless_line_is_cut(tmp_path: Path) -> None:
+    feed = tmp_path / "feed.jsonl"
+    feed.write_bytes(b"".join(b'{"n": %d}\n' % i for i in range(1000)))
+    reader = EvalgateFeedReader(str(feed), read_max=1000)
+    pieces = []
+    while lines := reader.poll():
+        pieces.append(lines)
+    assert len(pieces) > 5
+    assert [line for piece in pieces for line in piece] == [b'{"n": %d}' % i for i in range(1000)]
+    endless = tmp_path / "endless.jsonl"
+    endless.write_bytes(b"x" * (9 << 20))
+    reader = EvalgateFeedReader(str(endless), read_max=16 << 20)
+    (cut,) = reader.poll()
+    assert evalgate_feed_answer(cut) == "the line is longer than 8 MiB"
 
 
 # --------------------------------------------------------------------------- shadow pairs
@@ -218,7 +237,7 @@ def test_the_pinned_judge_scores_each_version_with_the_offline_judge_key(tmp_pat
     assert (stable["answers"], stable["judged"], stable["mean_score"]) == (20, 20, 1.0)
     assert (canary["answers"], canary["judged"], canary["mean_score"]) == (20, 20, 0.0)
     assert (stable["refusals"], canary["refusals"]) == (0, 20)
-    assert got["skipped"] == 1
+    assert got["skipped"] == 1 and got["skipped_reasons"] == {"not JSON": 1}
 
 
 def test_the_sample_is_the_seeded_one_and_max_answers_stops_reading(tmp_path: Path) -> None:
@@ -267,3 +286,40 @@ def test_bad_options_exit_4_naming_the_option(tmp_path: Path, args: list[str], k
     suite = judged_suite(tmp_path, judge_url=ACCURATE_JUDGE)
     done = serve(suite, "--feed", str(tmp_path / "feed.jsonl"), *args)
     assert done.returncode == 4 and key in done.stderr, done.stderr
+
+
+def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return families(response.read().decode("utf-8"))
+
+
+def test_metrics_are_served_over_http_while_the_feed_grows(tmp_path: Path) -> None:
+    suite = judged_suite(tmp_path, judge_url=ACCURATE_JUDGE)
+    feed = tmp_path / "feed.jsonl"
+    argv = [sys.executable, "-m", "pytest_evalgate.cli", "online-judge", "serve", str(suite),
+            "--feed", str(feed), "--rate", "1", "--poll", "0.1"]  # fmt: skip
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        ready = process.stdout.readline().strip()
+        url = ready.removeprefix("evalgate online judge: metrics on ")
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/metrics")
+        count = "evalgate_online_judge_score_count"
+        assert scrape(url)[count] == {(("version", "canary"),): 0, (("version", "stable"),): 0}
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(url.removesuffix("/metrics") + "/other", timeout=10)
+        assert caught.value.code == 404
+        caught.value.close()
+        write_feed(feed)  # the file appears after start: followed, judged
+        deadline = time.monotonic() + 60
+        while sum(scrape(url)[count].values()) < 40:
+            assert time.monotonic() < deadline, "the feed was not judged"
+            time.sleep(0.2)
+        means = scrape(url)
+        assert means["evalgate_online_judge_score_sum"][(("version", "canary"),)] == 20.0
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1])["versions"]["canary"]["judged"] == 20

@@ -104,10 +104,13 @@ def evalgate_pair_answers(pair: Mapping[str, Any]) -> list[EvalgateOnlineAnswer]
 
 class EvalgateFeedReader:
     """The complete lines appended to a feed file since the last ``poll`` (a growing file is
-    followed from where it was; a line still being written waits for its newline)."""
+    followed from where it was; a line still being written waits for its newline). One poll
+    reads at most ``read_max`` bytes, so a large feed is taken in pieces, never whole; a line
+    that grows past ``_LINE_MAX`` without a newline is handed on cut (and refused as too long)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read_max: int = 4 << 20) -> None:
         self._path = path
+        self._read_max = read_max
         self._offset = 0
         self._tail = b""
 
@@ -118,11 +121,14 @@ class EvalgateFeedReader:
                 if os.fstat(handle.fileno()).st_size < self._offset:
                     self._offset, self._tail = 0, b""  # truncated or replaced: from the start
                 handle.seek(self._offset)
-                data = handle.read()
+                data = handle.read(self._read_max)
         except FileNotFoundError:
             return []
         self._offset += len(data)
         *lines, self._tail = (self._tail + data).split(b"\n")
+        if len(self._tail) > _LINE_MAX:
+            lines.append(self._tail)
+            self._tail = b""
         return [line for line in lines if line.strip()]
 
 

@@ -94,10 +94,15 @@ class EvalgateOnlineCounts:
             self.skipped[reason] += 1
 
     def snapshot(self) -> dict[str, Any]:
-        """The counts as builtins: ``{"versions": {v: {...}}, "skipped": n}``."""
+        """The counts as builtins: ``{"versions": {v: {...}}, "skipped": n, "skipped_reasons"}``."""
         with self._lock:
             versions = {name: _snapshot(v) for name, v in sorted(self._versions.items())}
-            return {"versions": versions, "skipped": sum(self.skipped.values())}
+            skipped = dict(sorted(self.skipped.items()))
+            return {
+                "versions": versions,
+                "skipped": sum(skipped.values()),
+                "skipped_reasons": skipped,
+            }
 
     def exposition(self) -> str:
         """The Prometheus text exposition (format 0.0.4) of every count."""

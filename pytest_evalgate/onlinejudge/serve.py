@@ -4,10 +4,10 @@
 ``poll_s`` seconds, draws each answer (``sample.EvalgateOnlineSampler``), counts it, and scores
 the sampled ones with the judge (``judging``), at most ``2 x budget.max_concurrency`` in flight
 (the judge's limiter bounds the requests themselves). It stops reading when ``stop`` is set,
-after ``max_answers`` sampled answers, or, with ``follow=False``, once the source has been read
-once; then it waits for the judge calls in flight. The counts are served meanwhile by
-``evalgate_metrics_server``: a real HTTP server (``http.server``, one thread per connection)
-answering ``GET /metrics`` with the text exposition and 404 to anything else.
+after ``max_answers`` sampled answers, or, with ``follow=False``, once a read finds nothing new
+(the source read to its end); then it waits for the judge calls in flight. The counts are
+served meanwhile by ``evalgate_metrics_server``: a real HTTP server (``http.server``, one
+thread per connection) answering ``GET /metrics`` with the text exposition, 404 otherwise.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ class EvalgateOnlineJudge:
         slots = asyncio.Semaphore(2 * self._scorer.concurrency)
         try:
             while not stop.is_set() and not self._full():
-                for item in self._source():
+                items = self._source()
+                for item in items:
                     if stop.is_set() or self._full():
                         break
                     if isinstance(item, str):
@@ -107,7 +108,9 @@ class EvalgateOnlineJudge:
                         continue
                     await self._take(item, slots)
                 if not self.config.follow:
-                    break
+                    if not items:
+                        break  # read to its end
+                    continue
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.config.poll_s)
             if self._tasks:
