@@ -35,7 +35,7 @@ from pytest_evalgate.simulated import (
 CASES = make_cases(["alpha", "beta"], 10)
 REPEATS = 2  # each case asked twice: 40 judged answers a version, enough for min -0.2
 SCENARIOS = {"equal": 1.0, "lower": 0.0}  # the candidate simulator's accuracy
-ONLINE_RULES = "online:\n  - {metric: judge_score_delta, min: -0.2, interval: 15s, window: 1m}\n"
+ONLINE_RULES = "online:\n  - {metric: judge_score_delta, min: -0.2, interval: 15s, window: 5m}\n"
 
 
 def cli(*args: str) -> list[str]:
