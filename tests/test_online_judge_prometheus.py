@@ -6,7 +6,9 @@ its ``/metrics``, and ``evalgate canary check`` with a ``judge_score_delta`` rul
 Two scenarios share one Prometheus, each with its own simulators, proxy, store and online
 judge, told apart by the scrape's ``instance`` label (``--selector``): ``equal`` (the candidate
 answers like stable: every answer right) passes; ``lower`` (the candidate answers every case
-wrong, so the judge scores it lower) fails. Skipped where the ``prometheus`` binary is absent.
+wrong, so the judge scores it lower) fails ``judge_score_delta``; ``refusing`` (the candidate
+refuses every request) fails ``refusal_rate_delta`` as well, read from the online judge's
+answer and refusal counters. Skipped where the ``prometheus`` binary is absent.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ from pytest_evalgate.simulated import (
 
 CASES = make_cases(["alpha", "beta"], 10)
 REPEATS = 2  # each case asked twice: 40 judged answers a version, enough for min -0.2
-SCENARIOS = {"equal": 1.0, "lower": 0.0}  # the candidate simulator's accuracy
-ONLINE_RULES = "online:\n  - {metric: judge_score_delta, min: -0.2, interval: 15s, window: 5m}\n"
+# the candidate simulator's accuracy, and whether its answer key's targets are refusals
+SCENARIOS = {"equal": (1.0, False), "lower": (0.0, False), "refusing": (1.0, True)}
+REFUSAL = "I can't help with that."
+ONLINE_RULES = (
+    "online:\n"
+    "  - {metric: judge_score_delta, min: -0.2, interval: 15s, window: 5m}\n"
+    "  - {metric: refusal_rate_delta, max: 0.2, interval: 15s, window: 5m}\n"
+)
 
 
 def cli(*args: str) -> list[str]:
@@ -73,9 +81,9 @@ def messages(case: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": "user", "content": case["input"]}]  # the suite's prompt: "{input}"
 
 
-def start(name: str, accuracy: float, suite: Path, folder: Path, key: Path) -> Scenario:
+def start(name: str, accuracy: float, suite: Path, folder: Path, keys: list[Path]) -> Scenario:
     sims: list[EvalgateSimProcess] = []
-    for value in (1.0, accuracy):  # stable, candidate
+    for value, key in zip((1.0, accuracy), keys, strict=True):  # stable, candidate
         sims.append(evalgate_spawn_simulator(EvalgateSimConfig(accuracy=value, seed=1), key))
     store = folder / f"store-{name}"
     origins = [f"http://127.0.0.1:{sim.port}" for sim in sims]
@@ -123,13 +131,15 @@ def world(
     suite = write_judged_suite(folder / "suite", cases=CASES, judge_url=judge_url).parent
     with (suite / "gate.yaml").open("a", encoding="utf-8") as handle:
         handle.write(ONLINE_RULES)
-    key = folder / "answers.jsonl"
+    key, refusing = folder / "answers.jsonl", folder / "refusals.jsonl"
     evalgate_write_answer_key(key, [(messages(c), c["target"], c["category"]) for c in CASES])
+    evalgate_write_answer_key(refusing, [(messages(c), REFUSAL, c["category"]) for c in CASES])
     scenarios: dict[str, Scenario] = {}
     prom: EvalgatePromServer | None = None
     try:
-        for name, accuracy in SCENARIOS.items():
-            scenarios[name] = start(name, accuracy, suite, folder, key)
+        for name, (accuracy, refuses) in SCENARIOS.items():
+            keys = [key, refusing if refuses else key]
+            scenarios[name] = start(name, accuracy, suite, folder, keys)
         targets = [scenario.judge.address for scenario in scenarios.values()]
         prom = EvalgatePromServer(binary, folder, targets)
         wait_for(prom.ready, 60, "prometheus /-/ready")
@@ -155,28 +165,42 @@ def world(
             prom.stop()
 
 
-def check(world: Any, name: str) -> tuple[int, str]:
+def check(world: Any, name: str) -> tuple[int, dict[str, str]]:
     prom, suite, scenarios = world
     argv = cli("canary", "check", str(suite), "--prometheus", prom.url,
                "--selector", selector(scenarios[name]))  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    line = next(row for row in done.stdout.splitlines() if row.startswith("judge_score_delta"))
-    return done.returncode, line
+    lines = {row.split()[0]: row for row in done.stdout.splitlines()[1:-1]}
+    return done.returncode, lines
 
 
-def test_an_equal_candidate_passes_judge_score_delta(world: Any) -> None:
-    status, line = check(world, "equal")
-    assert status == 0, line
-    assert float(line.split()[1]) == pytest.approx(0.0, abs=1e-9)
-    assert " pass " in line
+def value(line: str) -> float:
+    return float(line.split()[1])
 
 
-def test_a_candidate_the_judge_scores_lower_fails_it(world: Any) -> None:
-    status, line = check(world, "lower")
-    assert status == 1, line
+def test_an_equal_candidate_passes_judge_score_and_refusal_rules(world: Any) -> None:
+    status, lines = check(world, "equal")
+    assert status == 0, lines
+    for metric in ("judge_score_delta", "refusal_rate_delta"):
+        assert value(lines[metric]) == pytest.approx(0.0, abs=1e-9)
+        assert " pass " in lines[metric]
+
+
+def test_a_candidate_the_judge_scores_lower_fails_judge_score_delta(world: Any) -> None:
+    status, lines = check(world, "lower")
+    assert status == 1, lines
     # every stable answer is right (score 1), every candidate answer wrong (score 0)
-    assert float(line.split()[1]) == pytest.approx(-1.0, abs=1e-9)
-    assert " fail " in line
+    assert value(lines["judge_score_delta"]) == pytest.approx(-1.0, abs=1e-9)
+    assert " fail " in lines["judge_score_delta"]
+    assert " pass " in lines["refusal_rate_delta"]  # wrong, but no refusal
+
+
+def test_a_refusing_candidate_fails_refusal_rate_delta_too(world: Any) -> None:
+    status, lines = check(world, "refusing")
+    assert status == 1, lines
+    assert value(lines["refusal_rate_delta"]) == pytest.approx(1.0, abs=1e-9)
+    assert " fail " in lines["refusal_rate_delta"]
+    assert " fail " in lines["judge_score_delta"]
 
 
 def test_the_prometheus_values_are_the_online_judges_own(world: Any) -> None:
@@ -190,4 +214,4 @@ def test_the_prometheus_values_are_the_online_judges_own(world: Any) -> None:
                 f"evalgate_online_judge_score_sum{{{labels}}}"
                 f" / evalgate_online_judge_score_count{{{labels}}}"
             )
-            assert mean == (0.0 if name == "lower" and version == "canary" else 1.0)
+            assert mean == (0.0 if name != "equal" and version == "canary" else 1.0)
