@@ -280,7 +280,8 @@ def test_a_pairwise_judge_is_refused_naming_the_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args, key", [(["--rate", "1.5"], "rate"), (["--rate", "1", "--versions", "a b"], "versions"),
-                  (["--rate", "1", "--max-answers", "0"], "max_answers")],
+                  (["--rate", "1", "--max-answers", "0"], "max_answers"),
+                  (["--rate", "1", "--shadow-suite", "x"], "shadow_suite")],
 )  # fmt: skip
 def test_bad_options_exit_4_naming_the_option(tmp_path: Path, args: list[str], key: str) -> None:
     suite = judged_suite(tmp_path, judge_url=ACCURATE_JUDGE)

@@ -127,12 +127,16 @@ def _versions(source_name: str, text: str) -> tuple[str, ...]:
 
 
 def _source(args: argparse.Namespace, suite: str) -> EvalgateOnlineSource:
+    from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.manifest.load import evalgate_check_name
     from pytest_evalgate.onlinejudge.feed import EvalgatePairReader
     from pytest_evalgate.onlinejudge.serve import evalgate_feed_source, evalgate_pairs_source
     from pytest_evalgate.store.location import evalgate_open_store
 
     if args.feed is not None:
+        if args.shadow_suite:
+            reason = "--shadow-suite names the pairs of a --store, not of a --feed"
+            raise EvalgateConfigError("online-judge serve", "shadow_suite", reason)
         return evalgate_feed_source(args.feed)
     name = args.shadow_suite or suite
     evalgate_check_name("online-judge serve", "shadow_suite", name)
