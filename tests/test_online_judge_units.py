@@ -182,6 +182,31 @@ def test_the_exposition_has_every_version_from_zero_and_errors_apart() -> None:
     assert errors == {(("category", "judge_unparseable"), ("version", "canary")): 1.0}
 
 
+def test_the_snapshot_is_the_counts_with_means_and_skip_reasons() -> None:
+    counts = EvalgateOnlineCounts(("canary",))
+    assert counts.snapshot() == {
+        "versions": {"canary": {"seen": 0, "answers": 0, "refusals": 0, "judged": 0,
+                                "score_sum": 0.0, "mean_score": None, "errors": {}}},
+        "skipped": 0, "skipped_reasons": {},
+    }  # fmt: skip
+    for value in (1.0, 0.0, 0.0):
+        counts.seen("stable", True, False)
+        counts.scored("stable", value)
+    counts.failed("stable", "judge_timeout")
+    counts.skip("not JSON")
+    counts.skip("not JSON")
+    counts.skip("answer is not a string")
+    snapshot = counts.snapshot()
+    assert snapshot["versions"]["stable"] == {
+        "seen": 3, "answers": 3, "refusals": 0, "judged": 3, "score_sum": 1.0,
+        "mean_score": 0.333333, "errors": {"judge_timeout": 1},
+    }  # fmt: skip
+    assert snapshot["skipped"] == 3
+    assert snapshot["skipped_reasons"] == {"answer is not a string": 1, "not JSON": 2}
+    docs = {f.name: f.documentation for f in text_string_to_metric_families(counts.exposition())}
+    assert docs["evalgate_online_judge_score"] == "judge score of sampled answers, 0..1"
+
+
 def test_the_names_are_the_ones_canary_check_queries() -> None:
     from pytest_evalgate.canary import promql
     from pytest_evalgate.onlinejudge import sample
