@@ -24,6 +24,7 @@ from suitekit import make_cases
 from pytest_evalgate.onlinejudge.feed import (
     EvalgateFeedReader,
     EvalgateOnlineAnswer,
+    EvalgatePairReader,
     evalgate_feed_answer,
     evalgate_pair_answers,
 )
@@ -98,6 +99,18 @@ def test_a_large_feed_is_read_in_pieces_and_an_endless_line_is_cut(tmp_path: Pat
     reader = EvalgateFeedReader(str(endless), read_max=16 << 20)
     (cut,) = reader.poll()
     assert evalgate_feed_answer(cut) == "the line is longer than 8 MiB"
+    with endless.open("ab") as handle:
+        handle.write(b'x\n{"n": 1}\n')
+    assert reader.poll() == [b"x", b'{"n": 1}']  # the cut line's rest, then lines again
+
+
+def test_a_line_of_exactly_8_mib_is_still_read() -> None:
+    head, tail = b'{"version": "canary", "prompt": "', b'", "answer": "a"}'
+    line = head + b"x" * ((8 << 20) - len(head) - len(tail)) + tail
+    assert len(line) == 8 << 20
+    got = evalgate_feed_answer(line)
+    assert isinstance(got, EvalgateOnlineAnswer) and got.answer == "a"
+    assert evalgate_feed_answer(line + b" ") == "the line is longer than 8 MiB"
 
 
 # --------------------------------------------------------------------------- shadow pairs
@@ -121,6 +134,30 @@ def test_a_pair_with_its_question_gives_stable_and_the_candidate_as_canary() -> 
     without = evalgate_pair(body, "/", side("4"), side("5"))
     assert "question" not in without
     assert "keep-question" in str(evalgate_pair_answers(without))
+
+
+def test_the_pair_reader_reads_each_new_segment_once(tmp_path: Path) -> None:
+    from pytest_evalgate.shadow.pairs import EvalgatePairWriter
+    from pytest_evalgate.store import EvalgateLocalStore
+
+    store = EvalgateLocalStore(str(tmp_path / "store"))
+    writer = EvalgatePairWriter(store, "s", "proxy-1")
+    reader = EvalgatePairReader(store, "s")
+    assert reader.poll() == ([], [])
+    body = json.dumps({"messages": chat("q")}).encode()
+    first = evalgate_pair(body, "/", side("a"), side("b"), "q")
+    writer.add(first)
+    writer.flush()
+    assert reader.poll() == ([first], [])
+    second = evalgate_pair(body, "/", side("c"), side("d"), "q")
+    writer.add(second)
+    writer.flush()
+    assert reader.poll() == ([second], [])
+    assert reader.poll() == ([], [])
+    forged = dict(second, question="another")
+    store.evalgate_write_atomic("shadow/s/pairs/forged.jsonl", json.dumps(forged).encode())
+    pairs, bad = reader.poll()
+    assert pairs == [] and len(bad) == 1 and "checksum mismatch" in bad[0]
 
 
 def test_a_kept_question_is_redacted_of_the_request_token() -> None:
