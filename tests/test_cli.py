@@ -157,6 +157,7 @@ def test_only_the_serving_and_file_writing_commands_declare_usage_errors() -> No
     declared = {c.name: c.usage_errors for c in evalgate_commands() if c.usage_errors}
     assert declared == {
         "serve": (OSError,), "shard-plan": (OSError,), "registry": (OSError,),
+        "online-judge": (OSError,),
         "admission": (OSError,), "canary-scan": (OSError,), "trend": (OSError,),
         "polyaxon": (OSError,), "policy": (OSError,), "weights": (OSError,), "import": (OSError,),
     }  # fmt: skip
@@ -276,7 +277,8 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
     assert names == [
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
         "override", "policy", "weights", "serve", "shard-plan", "k8s", "polyaxon", "registry",
-        "admission", "canary", "shadow", "canary-scan", "trend", "import", "plan", "probe",
+        "admission", "canary", "shadow", "online-judge", "canary-scan", "trend", "import", "plan",
+        "probe",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

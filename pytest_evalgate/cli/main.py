@@ -19,6 +19,7 @@ from pytest_evalgate.cli.contamination import evalgate_contamination_commands
 from pytest_evalgate.cli.imports import evalgate_import_commands
 from pytest_evalgate.cli.judge import evalgate_judge_commands
 from pytest_evalgate.cli.k8s import evalgate_k8s_commands
+from pytest_evalgate.cli.onlinejudge import evalgate_online_judge_commands
 from pytest_evalgate.cli.policy import evalgate_policy_commands
 from pytest_evalgate.cli.polyaxon import evalgate_polyaxon_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
@@ -48,6 +49,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_admission_commands(),
         *evalgate_canary_commands(),
         *evalgate_shadow_commands(),
+        *evalgate_online_judge_commands(),
         *evalgate_contamination_commands(),
         *evalgate_trend_commands(),
         *evalgate_import_commands(),

@@ -16,11 +16,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_evalgate.cli.command import EvalgateCommand
 
 if TYPE_CHECKING:
+    from pytest_evalgate.manifest.load import EvalgateManifest
+    from pytest_evalgate.onlinejudge.preference import EvalgatePreferences
     from pytest_evalgate.shadow.pairs import EvalgatePairWriter
 
 EVALGATE_SHADOW_READY = "evalgate shadow proxy listening on http://"
@@ -61,6 +63,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port (0: any free one)")
     parser.add_argument("--candidate-timeout", type=float, default=60.0, help="seconds")
     parser.add_argument("--max-in-flight", type=int, default=64, help="candidate calls out")
+    parser.add_argument(
+        "--keep-question", action="store_true",
+        help="keep each pair's question, redacted (for evalgate online-judge)",
+    )  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> bool | None:
@@ -102,7 +108,7 @@ def _serve(args: argparse.Namespace) -> bool:
     config = EvalgateShadowConfig(
         stable_url=args.stable, candidate_url=args.candidate, fraction=args.percent / 100,
         seed=args.seed, candidate_timeout_s=args.candidate_timeout,
-        max_in_flight=args.max_in_flight,
+        max_in_flight=args.max_in_flight, keep_question=args.keep_question,
     )  # fmt: skip
     proxy = EvalgateShadowProxy(config, _writer(args, os.getpid()))
 
@@ -151,7 +157,10 @@ def _gate(args: argparse.Namespace) -> bool | None:
     if not policy.shadow:
         raise EvalgatePolicyError(policy.source, "shadow", "no shadow: rules to judge pairs by")
     pairs = evalgate_read_pairs(evalgate_open_store(args.store), manifest.suite)
-    decision = evalgate_shadow_decision(manifest.suite, policy, pairs, __version__)
+    judge = None
+    if any(rule.metric == "judge_preference_delta" for rule in policy.shadow):
+        pairs, judge = _preferences(manifest, pairs)
+    decision = evalgate_shadow_decision(manifest.suite, policy, pairs, __version__, judge)
     Path(args.out).write_text(json.dumps(decision, indent=2, sort_keys=True) + "\n", "utf-8")
     for rule in decision["rules"]:
         print(
@@ -160,3 +169,35 @@ def _gate(args: argparse.Namespace) -> bool | None:
         )
     print(f"shadow verdict: {decision['verdict']} ({len(pairs)} pairs) -> {args.out}")
     return {"pass": True, "fail": False}.get(decision["verdict"])
+
+
+def _preferences(
+    manifest: EvalgateManifest, pairs: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The pairs with the pinned judge's preference set, and what the decision says of it."""
+    import asyncio
+
+    from pytest_evalgate.onlinejudge.judging import (
+        EvalgateOnlineScorer,
+        evalgate_online_judge_endpoint,
+        evalgate_online_judged,
+    )
+    from pytest_evalgate.onlinejudge.preference import evalgate_shadow_preferences
+    from pytest_evalgate.runner.child import evalgate_loop_factory
+
+    judged = evalgate_online_judged(manifest, pairwise=True)
+    with evalgate_online_judge_endpoint(manifest) as endpoint:
+
+        async def judge_all() -> EvalgatePreferences:
+            scorer = EvalgateOnlineScorer(judged, endpoint)
+            return await evalgate_shadow_preferences(scorer, pairs)
+
+        with asyncio.Runner(loop_factory=evalgate_loop_factory()) as runner:
+            found = runner.run(judge_all())
+    not_judged = dict(sorted(found.not_judged.items()))
+    print(f"preference: {found.judged} of {len(pairs)} pairs judged by {judged.judge.model}")
+    for reason, count in not_judged.items():
+        print(f"  not judged: {count} ({reason})")
+    facts = {"key": judged.key, "model": judged.judge.model, "mode": judged.mode,
+             "judged": found.judged, "not_judged": not_judged}  # fmt: skip
+    return found.pairs, facts

@@ -9,6 +9,10 @@ Each rule is ``{metric: M, max: X, min_pairs: 30}`` over the answer pairs the sh
 | ``refusal_rate_delta`` | max | share of refusals, candidate minus stable (both answered) |
 | ``output_length_ratio`` | max | mean output length, candidate over stable (both answered) |
 | ``latency_ratio`` | max | median time to the whole answer, candidate over stable (both answered) |
+| ``judge_preference_delta`` | max | pairs the pinned judge prefers stable in, minus the candidate |
+
+``judge_preference_delta`` is over the pairs the suite's pinned judge gave an outcome (both
+answered and the question kept: ``shadow serve --keep-question``), as shares of those pairs.
 
 A rule passes when the one-sided upper confidence bound of its estimate (a seeded bootstrap
 over pairs, the policy's ``confidence`` and ``bootstrap``) is at most ``max``; fewer than
@@ -34,6 +38,7 @@ EVALGATE_SHADOW_METRICS: Mapping[str, str] = {
     "refusal_rate_delta": "max",
     "output_length_ratio": "max",
     "latency_ratio": "max",
+    "judge_preference_delta": "max",
 }
 EVALGATE_SHADOW_RATIOS = ("output_length_ratio", "latency_ratio")
 

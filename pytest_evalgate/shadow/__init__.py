@@ -5,7 +5,7 @@ the answer pairs kept in the store (``pairs``) and the ``shadow:`` rules judged 
 (``verdict``).
 
 Imports (docs/architecture.md, checked by tests/test_layering.py): canary, client, errors,
-formats, policy, store.
+formats, judge, policy, store.
 """
 
 from __future__ import annotations

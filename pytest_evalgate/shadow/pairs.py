@@ -4,12 +4,14 @@ A pair is builtins only::
 
     {"request_digest": sha256 hex of the request body, "path": "/v1/chat/completions",
      "model": the requested model or None, "sampled_at": ISO 8601 UTC,
-     "stable": ANSWER, "candidate": ANSWER, "checksum": sha256 of the rest}
+     "stable": ANSWER, "candidate": ANSWER, "checksum": sha256 of the rest,
+     "question": the request as a judge sees it, redacted (only with keep_question)}
     ANSWER = {"status", "text", "finish_reason", "output_tokens", "tool_calls", "error",
               "e2e_s": seconds to the whole answer, "ttft_s": seconds to its first byte}
 
-Never in a pair: the request's headers or body (only its digest), and no key: every text is
-redacted (``client.redact``, plus the request's own bearer token).
+Never in a pair: the request's headers or body (only its digest; with the proxy's
+``keep_question`` also its question as a judge sees it, for the online judge), and no key:
+every text is redacted (``client.redact``, plus the request's own bearer token).
 
 Pairs are written in batches as segments ``shadow/<suite>/pairs/<writer>-<seq>.jsonl`` through
 the store's backend (atomic, never replacing), so a folder or an S3 store both hold them;
@@ -27,6 +29,7 @@ from typing import Any
 from pytest_evalgate.client.redact import EVALGATE_REDACTED, evalgate_redact
 from pytest_evalgate.errors import EvalgateIntegrityError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
+from pytest_evalgate.judge.prompt import evalgate_judge_input_text
 from pytest_evalgate.shadow.answer import EvalgateShadowAnswer
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 
@@ -57,9 +60,14 @@ def _redact(text: str, token: str | None) -> str:
 
 
 def evalgate_pair(
-    body: bytes, path: str, stable: Mapping[str, Any], candidate: Mapping[str, Any]
+    body: bytes,
+    path: str,
+    stable: Mapping[str, Any],
+    candidate: Mapping[str, Any],
+    question: str | None = None,
 ) -> dict[str, Any]:
-    """The sealed pair of one request (see the module)."""
+    """The sealed pair of one request (see the module); ``question`` (already redacted) is
+    kept only when given."""
     pair: dict[str, Any] = {
         "request_digest": evalgate_sha256_hex(body.decode("utf-8", errors="replace")),
         "path": path,
@@ -68,8 +76,32 @@ def evalgate_pair(
         "stable": dict(stable),
         "candidate": dict(candidate),
     }
+    if question is not None:
+        pair["question"] = question
     pair["checksum"] = evalgate_sha256_hex(pair)
     return pair
+
+
+def evalgate_request_question(body: bytes, token: str | None) -> str | None:
+    """The question a judge would see of a chat or completion request body (the system prompt
+    left out, as offline judging does), redacted; None when the body holds no text messages."""
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(request, dict):
+        return None
+    prompt, messages = request.get("prompt"), request.get("messages")
+    if isinstance(prompt, str):
+        return _redact(prompt, token)
+    if not isinstance(messages, list) or not messages:
+        return None
+    turns = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            return None
+        turns.append({"role": str(message.get("role")), "content": message["content"]})
+    return _redact(evalgate_judge_input_text(turns), token)
 
 
 def _model(body: bytes) -> str | None:
@@ -117,11 +149,13 @@ def evalgate_read_pairs(backend: EvalgateStoreBackend, suite: str) -> list[dict[
     pairs: list[dict[str, Any]] = []
     for relpath in backend.evalgate_list(evalgate_pairs_prefix(suite)):
         for number, line in enumerate(backend.evalgate_read(relpath).splitlines(), 1):
-            pairs.append(_checked(relpath, number, line))
+            pairs.append(evalgate_checked_pair(relpath, number, line))
     return pairs
 
 
-def _checked(relpath: str, number: int, line: bytes) -> dict[str, Any]:
+def evalgate_checked_pair(relpath: str, number: int, line: bytes) -> dict[str, Any]:
+    """Line ``number`` of segment ``relpath`` as a pair; ``EvalgateIntegrityError`` when it is
+    not JSON, not a pair, or its checksum does not match."""
     try:
         pair = json.loads(line)
     except (ValueError, UnicodeDecodeError):

@@ -42,7 +42,12 @@ from pytest_evalgate.shadow.answer import (
     evalgate_failed_answer,
     evalgate_read_answer,
 )
-from pytest_evalgate.shadow.pairs import EvalgatePairWriter, evalgate_pair, evalgate_side
+from pytest_evalgate.shadow.pairs import (
+    EvalgatePairWriter,
+    evalgate_pair,
+    evalgate_request_question,
+    evalgate_side,
+)
 
 EVALGATE_SHADOW_STATS_PATH = "/evalgate/shadow/stats"
 _HOP = frozenset(
@@ -64,6 +69,7 @@ class EvalgateShadowConfig:
     candidate_timeout_s: float = 60.0
     max_in_flight: int = 64
     flush_s: float = 1.0
+    keep_question: bool = False  # keep the request's question (redacted) for the online judge
 
 
 def evalgate_check_shadow_config(config: EvalgateShadowConfig) -> None:
@@ -254,8 +260,11 @@ class EvalgateShadowProxy:
 
     def _keep(self, request: _Request, stable: _Side, candidate: _Side) -> None:
         token = _bearer(request.headers.get("authorization"))
+        question = None
+        if self.config.keep_question:
+            question = evalgate_request_question(request.body, token)
         pair = evalgate_pair(
-            request.body, request.path, stable.record(token), candidate.record(token)
+            request.body, request.path, stable.record(token), candidate.record(token), question
         )
         self.counts["pairs"] += 1
         if self.writer is not None and self.writer.add(pair):

@@ -8,6 +8,10 @@ two-sided interval puts each bound. ``pass`` when the bound is at most ``max``, 
 is above, ``undecided`` with fewer than ``min_pairs`` pairs. The verdict: ``fail`` if any rule
 fails, else ``undecided`` if any is, else ``pass``.
 
+``judge_preference_delta`` uses the pairs the suite's pinned judge gave an outcome
+(``"preference"``: ``win``, ``loss`` or ``tie``, the candidate's; set by
+``onlinejudge.preference`` before the rules run): the share of losses minus the share of wins.
+
 A refusal is an answer whose text starts (after spaces, within its first 200 characters) with
 one of ``EVALGATE_REFUSAL_OPENINGS``, matched case-blind: a plain, documented rule rather than
 a classifier, the same on both sides of a pair.
@@ -70,6 +74,13 @@ def _answered(pair: dict[str, Any]) -> bool:
 
 
 def _columns(pairs: Sequence[dict[str, Any]], metric: str) -> tuple[FloatArray, FloatArray]:
+    if metric == "judge_preference_delta":
+        # the candidate's column holds its losses, stable's the candidate's wins: the mean
+        # difference is the share stable is preferred minus the share the candidate is
+        preferences = [pair["preference"] for pair in pairs if "preference" in pair]
+        losses = [float(result == "loss") for result in preferences]
+        wins = [float(result == "win") for result in preferences]
+        return np.array(losses, dtype=np.float64), np.array(wins, dtype=np.float64)
     rows = pairs if metric == "error_rate_delta" else [pair for pair in pairs if _answered(pair)]
     value: Callable[[dict[str, Any]], float] = {
         "error_rate_delta": lambda side: float(side.get("error") is not None),
@@ -114,11 +125,18 @@ def evalgate_shadow_verdict(results: Sequence[EvalgateShadowRuleResult]) -> str:
 
 
 def evalgate_shadow_decision(
-    suite: str, policy: EvalgatePolicy, pairs: Sequence[dict[str, Any]], version: str
+    suite: str,
+    policy: EvalgatePolicy,
+    pairs: Sequence[dict[str, Any]],
+    version: str,
+    judge: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The shadow decision record (``shadow-decision.json``), builtins only."""
+    """The shadow decision record (``shadow-decision.json``), builtins only; ``judge`` (the
+    judge's key, model and counts, when a preference rule was judged) is kept as given."""
     results = [evalgate_shadow_rule(rule, pairs, policy) for rule in policy.shadow]
+    extra = {} if judge is None else {"judge": judge}
     return {
+        **extra,
         "kind": "shadow",
         "verdict": evalgate_shadow_verdict(results),
         "suite": suite,
