@@ -250,3 +250,11 @@ def test_no_proxy_bypasses_the_proxy_for_a_whole_run(tmp_path: Path) -> None:
 def test_the_test_session_starts_without_proxy_variables() -> None:
     leaked = {k: v for k, v in os.environ.items() if k.upper() in PROXY_NAMES}
     assert leaked == {}, json.dumps(sorted(leaked))
+
+
+def test_an_unusable_proxy_variable_stops_the_run_before_any_request(tmp_path: Path) -> None:
+    done, _ = _gated_run(tmp_path, {"HTTPS_PROXY": "x", "HTTP_PROXY": "socks5://u:hunter22@p:1"})
+    output = done.stdout + done.stderr
+    assert done.returncode not in (0, 1), output[-3000:]  # as an unset key variable: not run
+    assert "socks5://***@p:1: proxy: only http:// proxies are supported" in output
+    assert "hunter22" not in output and "INTERNALERROR" not in output
