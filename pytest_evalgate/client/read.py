@@ -7,7 +7,9 @@ Contracts
   answer (the caller turns it into the attempt's error):
 
   - ``malformed_response`` (retried once): not JSON, not an object, no ``choices``;
-  - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message;
+  - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message
+    (also when a stream's 200 is one JSON error body and no SSE, up to 64 KiB of it; a non-200
+    answer to a stream is read as any non-200, ``client.call``);
   - ``truncated`` (retried): a stream that ended without a ``finish_reason``, whatever ended
     it (``[DONE]``, the end of the body): llama-cpp-python's server ends a stream it interrupts
     with ``[DONE]`` and no ``finish_reason``, and its empty answers were scored as wrong ones;
@@ -146,7 +148,7 @@ class EvalgateSse:
 
     def feed(self, data: bytes, now: float) -> bool:
         """Take the complete lines of ``tail + data``; True once ``[DONE]`` has been seen."""
-        if len(self.head) < _HEAD_BYTES:
+        if not self.chunks and len(self.head) < _HEAD_BYTES:  # until a chunk shows it is SSE
             self.head += data[: _HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
         if self.read_bytes > self.caps.body_bytes:
@@ -219,7 +221,7 @@ class EvalgateSse:
         return [self.calls[index] for index in sorted(self.calls)]
 
 
-_HEAD_BYTES = 8192
+_HEAD_BYTES = 65536  # a JSON error body sent to a stream is read this far for its message
 
 
 def _not_a_stream(head: bytes, size: int) -> EvalgateAnswerError:
