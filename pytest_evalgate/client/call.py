@@ -427,6 +427,7 @@ def _result(
         error=done.error,
         sent_at=sent_at,
         usage_flag=done.usage_flag,
+        usage_source=done.usage_source if tokens is not None else None,
         model=_reported(done.model),
         system_fingerprint=_reported(done.system_fingerprint),
         tool_calls=tuple(done.tool_calls),

@@ -20,6 +20,10 @@ Contracts
   first non-empty string of each in a stream; None when absent): the client compares the model
   with the candidate's (``model_mismatch``, ``client.call``).
 
+- A stream whose server sent no ``usage`` gets ``completion_tokens`` counted from its content
+  chunks, and ``usage_source`` ``EVALGATE_USAGE_FROM_CHUNKS`` (``"chunks"``) says so: a chunk
+  may hold several tokens, so that count (and the TPOT taken from it) is per chunk.
+
 - A body shorter than its ``Content-Length`` (or a chunked body cut off) is
   ``EvalgateHttpTruncated`` (``client.http1``), which the client classifies as ``truncated``.
 """
@@ -35,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.client.checks import EvalgateCaps
 from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
+
+EVALGATE_USAGE_FROM_CHUNKS = "chunks"
 
 if TYPE_CHECKING:  # only the type: responses come from the client's pool
     from pytest_evalgate.client.http1 import EvalgateHttpResponse
@@ -55,6 +61,7 @@ class EvalgateAttempt:
     retry: bool = False
     hint_s: float = 0.0
     usage_flag: str | None = None
+    usage_source: str | None = None  # "chunks": completion_tokens counted from the stream
     model: str | None = None
     system_fingerprint: str | None = None
     # Chat tool calls (SPEC 17), in the answer's order: {"id", "name", "arguments"}, the
@@ -126,8 +133,9 @@ async def evalgate_read_stream(
             f"the stream ended {ended} but no finish_reason after {sse.chunks} chunk(s)",
             retry=True,
         )
-    if done.completion_tokens is None:
+    if done.completion_tokens is None:  # the server sent no usage: count the content chunks
         done.completion_tokens = len(done.content_times)
+        done.usage_source = EVALGATE_USAGE_FROM_CHUNKS
 
 
 class EvalgateSse:
