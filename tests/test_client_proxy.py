@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -258,3 +261,70 @@ def test_an_unusable_proxy_variable_stops_the_run_before_any_request(tmp_path: P
     assert done.returncode not in (0, 1), output[-3000:]  # as an unset key variable: not run
     assert "socks5://***@p:1: proxy: only http:// proxies are supported" in output
     assert "hunter22" not in output and "INTERNALERROR" not in output
+
+
+class _HttpsChat:
+    """A non-streaming chat endpoint over TLS on loopback (a private CA's certificate for
+    localhost) that answers the suitekit sums right and counts its requests."""
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.requests = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.requests += 1
+                found = re.search(r"what is (\d+) \+ (\d+)\?", json.dumps(body["messages"]))
+                answer = str(2 * int(found.group(1))) if found else "?"
+                message = {"role": "assistant", "content": answer}
+                choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                data = json.dumps({"model": body["model"], "choices": [choice]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.base_url = f"https://localhost:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+
+def test_a_run_reaches_an_https_endpoint_through_connect(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path / "tls")
+    chat = _HttpsChat(tls.cert, tls.key)
+    chat.thread.start()
+    try:
+        with Proxy(credentials="ci:s3cret-proxy-pass") as proxy:
+            cases = make_cases(["math"], 6)
+            urls = {"candidate": chat.base_url, "baseline": chat.base_url}
+            extra = {"stream": False}
+            suite = write_suite(tmp_path / "suite", urls, cases=cases, extra=extra).parent
+            env = {k: v for k, v in os.environ.items() if k.upper() not in PROXY_NAMES}
+            env |= {
+                "SSL_CERT_FILE": tls.cert,
+                "HTTPS_PROXY": proxy.url.replace("://", "://ci:s3cret-proxy-pass@"),
+            }
+            command = [sys.executable, "-m", "pytest", "--evalgate", str(suite), "-q", "-p",
+                       "no:cacheprovider", f"--evalgate-store={tmp_path / 'store'}"]  # fmt: skip
+            done = subprocess.run(
+                command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+            )
+    finally:
+        chat.server.shutdown()
+        chat.server.server_close()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert chat.requests == 12 and proxy.requests == 0
+    assert proxy.tunnels >= 1 and proxy.refused == 0  # (warmed connections are tunnels too)
+    assert all(line.startswith("CONNECT localhost:") for line in proxy.lines)
+    assert "s3cret-proxy-pass" not in output
