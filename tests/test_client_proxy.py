@@ -259,7 +259,10 @@ def test_an_unusable_proxy_variable_stops_the_run_before_any_request(tmp_path: P
     done, _ = _gated_run(tmp_path, {"HTTPS_PROXY": "x", "HTTP_PROXY": "socks5://u:hunter22@p:1"})
     output = done.stdout + done.stderr
     assert done.returncode not in (0, 1), output[-3000:]  # as an unset key variable: not run
-    assert "socks5://***@p:1: proxy: only http:// proxies are supported" in output
+    assert (
+        "environment: HTTP_PROXY: socks5://***@p:1: only http:// proxies are supported"
+        " (unset it, or list 127.0.0.1 in NO_PROXY)"
+    ) in output
     assert "hunter22" not in output and "INTERNALERROR" not in output
 
 

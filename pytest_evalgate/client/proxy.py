@@ -55,15 +55,19 @@ def evalgate_proxy_for(url: str, environ: Mapping[str, str]) -> EvalgateProxy | 
     names = _SCHEMES.get(scheme)
     if names is None or not parts.hostname:
         return None
-    value = next((v for v in (_variable(environ, n) for n in names) if v), "")
-    if not value:
+    found = next(((n, v) for n, v in (_variable(environ, n) for n in names) if v), None)
+    if found is None:
         return None
     default_port = 443 if scheme == "https" else 80
     if evalgate_bypassed(
-        parts.hostname, parts.port or default_port, _variable(environ, "no_proxy")
+        parts.hostname, parts.port or default_port, _variable(environ, "no_proxy")[1]
     ):
         return None
-    return evalgate_parse_proxy(value)
+    try:
+        return evalgate_parse_proxy(found[1])
+    except EvalgateConfigError as exc:  # say which variable, and the way out
+        reason = f"{exc.source}: {exc.reason} (unset it, or list {parts.hostname} in NO_PROXY)"
+        raise EvalgateConfigError("environment", found[0], reason) from None
 
 
 def evalgate_parse_proxy(value: str) -> EvalgateProxy:
@@ -134,11 +138,13 @@ def _in_network(host: str, network: str) -> bool:
         return False
 
 
-def _variable(environ: Mapping[str, str], name: str) -> str:
+def _variable(environ: Mapping[str, str], name: str) -> tuple[str, str]:
+    """(the name found, its value): the lower-case name first, then the upper-case one."""
     value = environ.get(name)
     if value is None:
-        value = environ.get(name.upper())
-    return (value or "").strip()
+        name = name.upper()
+        value = environ.get(name)
+    return name, (value or "").strip()
 
 
 def _port_ok(parts: SplitResult) -> bool:
