@@ -7,6 +7,10 @@
   alone on one worker while the other idles.
 - ``GITHUB_STEP_SUMMARY`` is removed for every test: a gated run appends its report.md there,
   and this suite's own CI job must not get one summary per inner test run.
+- The proxy variables (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, in either
+  case) are removed from this process's environment at import, so a developer's proxy cannot
+  reach a test's loopback endpoints (subprocesses inherit the cleared environment); the proxy
+  tests set them where they mean to.
 - The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use, and
   matplotlib's pyplot with the Agg and SVG backends, which the report imports on first use) is
   imported here, in the outer process: pytester's in-process runs
@@ -17,6 +21,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +41,10 @@ import pytest_evalgate.session.core  # noqa: F401  (see the module docstring)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from seaweedkit import EvalgateSeaweed, evalgate_weed_unusable
+
+_PROXY_NAMES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"}
+for _name in [name for name in os.environ if name.upper() in _PROXY_NAMES]:
+    del os.environ[_name]  # see the module docstring
 
 # The test files with the longest summed durations, longest first (``--durations`` of a whole run
 # under ``-n 2``, 2026-12-07). A file missing here keeps its place after them; a stale order only

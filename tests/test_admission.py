@@ -592,3 +592,23 @@ def test_a_declared_name_that_is_no_image_volume_is_denied(hook: Webhook) -> Non
     hook.gate()
     typo = _annotated({"weights": model_image(D)}, **{"weights-volumes": "weigths"})
     _denied(hook.ask(typo), "'weigths' is no image volume of the Pod")
+
+
+def test_a_declared_weights_container_is_gated_whatever_its_repository(hook: Webhook) -> None:
+    # A modelcar (a container whose image carries the weights, as KServe's storageUri oci://
+    # makes one) outside a models/ path was admitted unchecked (issue 37)
+    images = {"server": "registry.example/vllm@sha256:" + "a" * 64}
+    images["modelcar"] = model_image(D, "registry.example/llm/support")
+    plain = pod(images=images)
+    assert hook.ask(plain)["allowed"] is True  # undeclared: an ordinary container image
+    declared = pod(images=images)
+    declared["metadata"]["annotations"] = {"evalgate.dev/weights-containers": "modelcar"}
+    _denied(hook.ask(declared), 'container "modelcar"', "not in the registry")
+    hook.gate()
+    assert hook.ask(declared)["allowed"] is True
+    tagged = pod(images={**images, "modelcar": "registry.example/llm/support:v1"})
+    tagged["metadata"]["annotations"] = {"evalgate.dev/weights-containers": "modelcar"}
+    _denied(hook.ask(tagged), "by tag (v1)")
+    typo = pod(images=images)
+    typo["metadata"]["annotations"] = {"evalgate.dev/weights-containers": "modlecar"}
+    _denied(hook.ask(typo), "'modlecar' is no container of the Pod")

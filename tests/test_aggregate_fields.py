@@ -160,7 +160,7 @@ def test_scores_clusters_and_floor_counts_per_case(aggregate: EvalgateAggregate)
 def test_perf_samples_belong_to_their_own_side_and_metric(aggregate: EvalgateAggregate) -> None:
     data = aggregate.gate_input
     assert data is not None
-    assert set(data.perf) == {"ttft", "tpot", "itl", "e2e", "output_tokens"}
+    assert set(data.perf) == {"ttft", "tpot", "itl", "e2e", "output_tokens", "chunk_counted"}
     for position, side in enumerate(SIDES):
         done = results(side)
         expect = {
@@ -169,6 +169,7 @@ def test_perf_samples_belong_to_their_own_side_and_metric(aggregate: EvalgateAgg
             "e2e": [2 * ttft(side, i, r) for i, r in done],
             "itl": [ttft(side, i, r) / 5 for i, r in done if i % 2 == 0],
             "output_tokens": [float(tokens(side, i, r)) for i, r in done],
+            "chunk_counted": [],  # every count here is the server's (no usage.source)
         }
         for metric, values in expect.items():
             got = data.perf[metric][position]

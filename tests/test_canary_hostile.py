@@ -147,3 +147,26 @@ def test_an_infinite_request_count_is_not_enough_traffic(
     out, err = capsys.readouterr()
     assert code == status, out + err
     assert words in out + err
+
+
+@pytest.mark.parametrize("count", ["NaN", "-Inf", "-5"])
+def test_a_nan_or_negative_request_count_fails_closed_naming_the_query(
+    hostile: _Hostile, tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    # NaN counts used to read as "no traffic" (exit 2, "is the canary pool serving?"): a counter
+    # holding NaN or going below 0 is a broken exporter, not a quiet pool
+    hostile.answer = lambda query: _vector(count if "count" in query else "1.0")
+    code = main(["canary", "check", str(_suite(tmp_path)), "--prometheus", hostile.url])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, ""), out + err
+    assert "which is not a count" in err and "_count" in err and "Traceback" not in err
+
+
+def test_an_empty_count_is_no_traffic(
+    hostile: _Hostile, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = {"status": "success", "data": {"resultType": "vector", "result": []}}
+    hostile.answer = lambda query: empty if "count" in query else _vector("1.0")
+    code = main(["canary", "check", str(_suite(tmp_path)), "--prometheus", hostile.url])
+    out, err = capsys.readouterr()
+    assert code == 2 and "too little traffic" in out and "no canary traffic" in out, out + err

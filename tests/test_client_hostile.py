@@ -390,3 +390,26 @@ def test_an_identity_with_line_breaks_cannot_forge_a_header() -> None:
     assert result.error is None and result.output == "Hello, world"
     assert [a.identity for a in arrivals] == ["v1/c/case\\r\\nX-Injected: 1/r0"]
     assert not any(name.lower() == "x-injected" for name in arrivals[0].headers)
+
+
+@pytest.mark.parametrize(
+    ("status", "category"),
+    [(400, "bad_request"), (401, "auth"), (429, "rate_limited"), (500, "server_error")],
+)
+def test_a_non_200_json_error_to_a_stream_keeps_the_message_and_the_status_category(
+    status: int, category: str
+) -> None:
+    words = "This model's maximum context length is 2048 tokens"
+    step = FaultStep(status=status, body={"error": {"message": words, "type": "invalid"}})
+    result, _ = _fault_call(step, True, max_attempts=1)
+    assert result.error is not None
+    assert (result.error.category, result.error.status) == (category, status)
+    assert words in result.error.message
+
+
+def test_a_long_json_error_in_a_200_stream_keeps_the_servers_message() -> None:
+    # a traceback in the message: past the 8 KiB kept of a stream's first bytes
+    words = "engine crashed: " + "Traceback line\n" * 1200
+    result, _ = _fault_call(FaultStep(body={"error": {"message": words}}), True, max_attempts=1)
+    assert result.error is not None and result.error.category == "server_error"
+    assert "engine crashed: Traceback line" in result.error.message

@@ -159,3 +159,15 @@ def test_candidate_key_changes_with_pins_only() -> None:
     assert one == evalgate_candidate_key("candidate", "m", {"weights_digest": "sha256:aa"})
     assert one != evalgate_candidate_key("candidate", "m", {"weights_digest": "sha256:bb"})
     assert one != evalgate_candidate_key("candidate", "m2", {"weights_digest": "sha256:aa"})
+
+
+@pytest.mark.parametrize("seed", [1e29, "1e29", 7.0, True, float("inf")])
+def test_a_float_string_or_bool_seed_is_refused_naming_the_file_and_key(
+    tmp_path: Path, seed: object
+) -> None:
+    # ``seed: 1e29`` in YAML is a string (YAML 1.1 floats need a dot), ``1.0e+29`` a float:
+    # neither reaches a server, which would refuse it at the first request (issue 37).
+    path = _write(tmp_path, generation={"temperature": 0.0, "seed": seed})
+    error = _refused(path)
+    assert error.key == "generation.seed" and "integer" in error.reason, error.reason
+    assert error.source == str(path)

@@ -16,6 +16,12 @@ volume that is in neither list and not under a ``models`` path is ambiguous and 
 repository differently must not skip the gate. A declared name that is no image volume of the
 Pod is denied too (a typo would otherwise leave the real volume unchecked).
 
+Containers are declared the same way: ``evalgate.dev/weights-containers: modelcar`` names
+containers (of any of the three lists) whose image carries weights (a modelcar, as KServe's
+``storageUri: oci://`` makes one), gated whatever their repository; a declared name that is no
+container of the Pod is denied. An undeclared container outside a ``models`` path is an ordinary
+image (every Pod has one), not ambiguous.
+
 Contract: :func:`evalgate_pod_weights` returns every reference with its digest, or with the
 ``problem`` that keeps it from being gated (a tag instead of a digest, a digest that is not
 ``sha256:`` and 64 lowercase hex digits, an empty annotation). It never raises on a strange Pod:
@@ -32,6 +38,7 @@ from typing import Any
 EVALGATE_WEIGHTS_ANNOTATION = "evalgate.dev/weights-digest"
 EVALGATE_WEIGHTS_VOLUMES_ANNOTATION = "evalgate.dev/weights-volumes"
 EVALGATE_OTHER_VOLUMES_ANNOTATION = "evalgate.dev/other-volumes"
+EVALGATE_WEIGHTS_CONTAINERS_ANNOTATION = "evalgate.dev/weights-containers"
 EVALGATE_MODELS_SEGMENT = "models"
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -97,9 +104,10 @@ def evalgate_pod_weights(pod: Mapping[str, object]) -> list[EvalgateWeightsRef]:
     annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
     declared = _names(annotations.get(EVALGATE_WEIGHTS_VOLUMES_ANNOTATION))
     other = _names(annotations.get(EVALGATE_OTHER_VOLUMES_ANNOTATION))
+    carriers = _names(annotations.get(EVALGATE_WEIGHTS_CONTAINERS_ANNOTATION))
     return [
         *_volume_refs(spec, declared, other),
-        *_container_refs(spec),
+        *_container_refs(spec, carriers),
         *_annotation_refs(pod),
     ]
 
@@ -147,12 +155,21 @@ def _volume_refs(
         yield EvalgateWeightsRef(source, name, None, f"{name!r} is no image volume of the Pod")
 
 
-def _container_refs(spec: Mapping[str, object]) -> Iterator[EvalgateWeightsRef]:
+def _container_refs(
+    spec: Mapping[str, object], carriers: frozenset[str]
+) -> Iterator[EvalgateWeightsRef]:
+    seen: set[str] = set()
     for field in _CONTAINER_LISTS:
         for container in _items(spec.get(field)):
-            image = container.get("image")
-            if isinstance(image, str) and evalgate_image_is_weights(image):
-                yield evalgate_image_ref(f'{_singular(field)} "{container.get("name")}"', image)
+            image, name = container.get("image"), str(container.get("name"))
+            seen.add(name)
+            if not isinstance(image, str):
+                continue
+            if name in carriers or evalgate_image_is_weights(image):
+                yield evalgate_image_ref(f'{_singular(field)} "{name}"', image)
+    source = f"annotation {EVALGATE_WEIGHTS_CONTAINERS_ANNOTATION}"
+    for name in sorted(carriers - seen):
+        yield EvalgateWeightsRef(source, name, None, f"{name!r} is no container of the Pod")
 
 
 def _singular(field: str) -> str:

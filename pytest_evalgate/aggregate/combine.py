@@ -18,6 +18,7 @@ that the golden test can hold them to one result; the gate input type is their c
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +61,11 @@ from pytest_evalgate.store.table import (
     EvalgateCandidateTable,
     evalgate_read_table,
 )
-from pytest_evalgate.store.verified import EVALGATE_TABLE_PERF, EvalgateVerifiedSegments
+from pytest_evalgate.store.verified import (
+    EVALGATE_TABLE_PERF,
+    EvalgateVerifiedSegments,
+    evalgate_perf_sample,
+)
 
 
 @dataclass(frozen=True)
@@ -456,9 +461,9 @@ def _perf(
         if name not in pair:
             continue
         for metric, (group, key) in EVALGATE_TABLE_PERF.items():
-            value = _member(record, group, key)
-            if isinstance(value, int | float):
-                samples[metric][name].append(float(value))
+            value = evalgate_perf_sample(_member(record, group, key))
+            if not math.isnan(value):
+                samples[metric][name].append(value)
     return {
         metric: (np.array(by[pair[0]], dtype=float), np.array(by[pair[1]], dtype=float))
         for metric, by in samples.items()

@@ -73,6 +73,21 @@ class EvalgatePrometheus:
     def query(self, promql: str, at: float) -> float:
         """The single value of ``promql`` at unix time ``at``: NaN for an empty result; raises
         ``EvalgatePrometheusError`` when unreachable, refused, or more than one series came."""
+        return _value(self._data(promql, at), promql)
+
+    def count(self, promql: str, at: float) -> float:
+        """A count of samples (a traffic query) at ``at``: 0 for an empty result; a NaN, an
+        infinite or a negative value is ``EvalgatePrometheusError`` (a broken exporter: never
+        no traffic, and never enough of it)."""
+        data = self._data(promql, at)
+        if data.get("resultType") == "vector" and data.get("result") == []:
+            return 0.0
+        value = _value(data, promql)
+        if math.isnan(value) or math.isinf(value) or value < 0:
+            raise EvalgatePrometheusError(f"{promql!r} returned {value:g}, which is not a count")
+        return value
+
+    def _data(self, promql: str, at: float) -> dict[str, Any]:
         try:
             response = self._client.get(
                 "/api/v1/query", params={"query": promql, "time": f"{at:.3f}"}
@@ -81,7 +96,7 @@ class EvalgatePrometheus:
             raise EvalgatePrometheusError(
                 f"cannot query Prometheus at {self.url}: {error}"
             ) from error
-        return _value(_payload(response, self.url), promql)
+        return _payload(response, self.url)
 
 
 def _payload(response: httpx.Response, url: str) -> dict[str, Any]:
@@ -200,7 +215,7 @@ def _check_rule(
     query = evalgate_rule_query(rule, window, selector)
     value = prometheus.query(query, at)
     canary, stable = (
-        _count(prometheus.query(traffic, at), traffic)
+        prometheus.count(traffic, at)
         for traffic in (
             evalgate_traffic_query(rule, version, window, selector)
             for version in ("canary", "stable")
@@ -208,14 +223,6 @@ def _check_rule(
     )
     scale = evalgate_traffic_scale(rule.metric, rule.threshold, canary, stable, assumptions)
     return EvalgateRuleCheck(rule, window or rule.window, query, value, canary, stable, scale)
-
-
-def _count(value: float, promql: str) -> float:
-    # No series is no traffic. An infinite count is not traffic either: it is refused, or a
-    # broken exporter (a counter reset, a +Inf sample) would count as more than enough to judge.
-    if math.isinf(value):
-        raise EvalgatePrometheusError(f"{promql!r} returned {value}, which is not a count")
-    return 0.0 if math.isnan(value) else max(0.0, value)
 
 
 # --------------------------------------------------------------------------- what to print

@@ -58,6 +58,10 @@ capped at 600 s (``client.checks.EVALGATE_HINT_CAP_S``); a hint of 5 s or more i
 (``log``) when it starts, with the hint and the cap. While it waits, the request holds no
 concurrency slot.
 
+Proxies: each endpoint's URL goes through the proxy the environment names for it
+(``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case; ``client.proxy``),
+read when the client first sees the endpoint; the proxy's password is registered for redaction.
+
 Timings are defined in ``docs/timings.md``.
 """
 
@@ -67,6 +71,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -85,6 +90,7 @@ from pytest_evalgate.client.checks import (
     evalgate_retry_wait,
     evalgate_usage_flag,
 )
+from pytest_evalgate.client.proxy import evalgate_proxy_for
 from pytest_evalgate.client.read import (
     EvalgateAttempt,
     evalgate_read_stream,
@@ -251,7 +257,12 @@ class EvalgateClient:
             if endpoint.api_key:
                 headers["Authorization"] = f"Bearer {endpoint.api_key}"
                 evalgate_add_secret(endpoint.api_key)
-            target = http1.EvalgateHttpTarget(_url(endpoint), headers)
+            url = _url(endpoint)
+            proxy = evalgate_proxy_for(url, os.environ)  # read when first needed, as urllib does
+            if proxy is not None:
+                evalgate_add_secret(proxy.password)
+                evalgate_add_secret(proxy.authorization and proxy.authorization.split(" ", 1)[1])
+            target = http1.EvalgateHttpTarget(url, headers, proxy)
             self._targets[endpoint] = target
         return target
 
@@ -416,6 +427,7 @@ def _result(
         error=done.error,
         sent_at=sent_at,
         usage_flag=done.usage_flag,
+        usage_source=done.usage_source if tokens is not None else None,
         model=_reported(done.model),
         system_fingerprint=_reported(done.system_fingerprint),
         tool_calls=tuple(done.tool_calls),

@@ -27,9 +27,14 @@ Contracts
   response read to its end gives its connection back to the pool when the server keeps it
   alive; any other response (cut short, abandoned, cancelled) closes its connection, so no
   connection is ever reused in the middle of a message.
-- Not here, on purpose: redirects (the caller treats a 3xx as an error), cookies, proxies (the
-  environment's proxy variables are ignored), compression (none is asked for: no
-  ``Accept-Encoding``, so servers send identity), ``Expect: 100-continue``.
+- Proxies: a target made with a proxy (``client.proxy``, from the environment's proxy
+  variables) is dialled at the proxy: ``http`` targets send their requests there in absolute
+  form, ``https`` targets first open a ``CONNECT host:port`` tunnel (any answer but a 2xx is an
+  ``EvalgateHttpError`` naming the proxy without its credentials) and then speak TLS to the
+  target through it, verifying the target's certificate and host name. Kept-alive connections
+  are shared by route, (origin, proxy), never across proxies.
+- Not here, on purpose: redirects (the caller treats a 3xx as an error), cookies, compression
+  (none is asked for: no ``Accept-Encoding``, so servers send identity), ``Expect: 100-continue``.
 - TLS: ``https`` origins use ``ssl.create_default_context()`` (certificates and host names
   verified), made once per pool when the first one is dialled.
 - Connections are not counted here: the caller's limiter bounds the attempts in flight and a
@@ -52,12 +57,15 @@ from typing import cast
 import httptools
 
 from pytest_evalgate.client.http1_head import EvalgateHeaders, EvalgateHttpTarget
+from pytest_evalgate.client.proxy import EvalgateProxy
 from pytest_evalgate.errors import EvalgateHttpError, EvalgateHttpTruncated
 
 __all__ = ["EvalgateHeaders", "EvalgateHttpPool", "EvalgateHttpResponse", "EvalgateHttpTarget"]
 
 _PAUSE_BYTES = 1 << 20  # unread body bytes at which the socket's reading pauses
 _HEAD_MAX = 1 << 16  # bytes of header names and values one response may send
+
+_Route = tuple[bool, str, int, EvalgateProxy | None]  # (TLS, host, port, proxy): one pool's key
 
 
 class EvalgateHttpResponse:
@@ -163,8 +171,8 @@ class EvalgateHttpResponse:
 class _EvalgateConnection(asyncio.Protocol):
     """One HTTP/1.1 connection: one response at a time, parsed by httptools' callbacks."""
 
-    def __init__(self, origin: tuple[bool, str, int]) -> None:
-        self.origin = origin
+    def __init__(self, route: _Route) -> None:
+        self.route = route
         self.idle_since = 0.0
         self.closed = False
         self._transport: asyncio.Transport | None = None
@@ -292,6 +300,43 @@ class _EvalgateConnection(asyncio.Protocol):
             self._head.set_exception(error)
 
 
+class _EvalgateTunnel(asyncio.Protocol):
+    """A connection to a proxy until its answer to ``CONNECT`` arrived (then TLS takes over)."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer.done():
+            return
+        self._buffer += data
+        end = self._buffer.find(b"\r\n\r\n")
+        if end >= 0:
+            self.answer.set_result(self._buffer[:end])  # a 2xx has no body: nothing follows
+        elif len(self._buffer) > _HEAD_MAX:
+            self.answer.set_exception(
+                EvalgateHttpError("the proxy's answer to CONNECT is too long")
+            )
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            why = f" ({type(exc).__name__}: {exc})" if exc else ""
+            self.answer.set_exception(EvalgateHttpError(f"the proxy closed the tunnel{why}"))
+
+
+def _connect_status(head: bytes) -> str:
+    """The status line of a proxy's answer to ``CONNECT``, or raise when it is not a 2xx."""
+    line = head.split(b"\r\n", 1)[0].decode("latin-1")[:200]
+    fields = line.split(" ", 2)
+    if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].startswith("2"):
+        raise EvalgateHttpError(f"answered {line!r}")
+    return line
+
+
 def _reason(exc: httptools.HttpParserError) -> str:
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, EvalgateHttpError):
@@ -304,7 +349,7 @@ class EvalgateHttpPool:
 
     def __init__(self, keepalive_s: float = 30.0) -> None:
         self._keepalive_s = keepalive_s
-        self._idle: dict[tuple[bool, str, int], list[_EvalgateConnection]] = {}
+        self._idle: dict[_Route, list[_EvalgateConnection]] = {}
         self._open: set[_EvalgateConnection] = set()
         self._tls: ssl.SSLContext | None = None
 
@@ -313,7 +358,7 @@ class EvalgateHttpPool:
     ) -> EvalgateHttpResponse:
         """Send one request; returns once its response's head arrived (see the module)."""
         request = target.evalgate_request(headers, body)
-        connection = self._take(target.origin) or await self._dial(target)
+        connection = self._take(target.route) or await self._dial(target)
         response = EvalgateHttpResponse(connection, self)
         try:
             await connection.evalgate_send(response, request)
@@ -326,7 +371,7 @@ class EvalgateHttpPool:
         """Open connections to the target's origin until ``count`` are idle there (at once, no
         request on them); returns how many opened. Connections that fail are left out: a real
         request reports its own connection error."""
-        idle = self._idle.get(target.origin, [])
+        idle = self._idle.get(target.route, [])
         need = count - sum(not connection.closed for connection in idle)
         if need <= 0:
             return 0
@@ -345,7 +390,7 @@ class EvalgateHttpPool:
         if connection.closed:
             return
         connection.idle_since = asyncio.get_running_loop().time()
-        self._idle.setdefault(connection.origin, []).append(connection)
+        self._idle.setdefault(connection.route, []).append(connection)
 
     async def evalgate_close(self) -> None:
         """Close every connection this pool opened."""
@@ -355,8 +400,8 @@ class EvalgateHttpPool:
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports' connection_lost run
 
-    def _take(self, origin: tuple[bool, str, int]) -> _EvalgateConnection | None:
-        idle = self._idle.get(origin)
+    def _take(self, route: _Route) -> _EvalgateConnection | None:
+        idle = self._idle.get(route)
         if not idle:
             return None
         oldest = asyncio.get_running_loop().time() - self._keepalive_s
@@ -372,12 +417,21 @@ class EvalgateHttpPool:
         self._open.discard(connection)
 
     async def _dial(self, target: EvalgateHttpTarget) -> _EvalgateConnection:
+        if target.proxy is not None:
+            connection = await self._dial_proxy(target, target.proxy)
+        else:
+            connection = await self._dial_direct(target)
+        self._open = {c for c in self._open if not c.closed}
+        self._open.add(connection)
+        return connection
+
+    async def _dial_direct(self, target: EvalgateHttpTarget) -> _EvalgateConnection:
         loop = asyncio.get_running_loop()
         tls = self._context() if target.tls else None
-        origin = target.origin
+        route = target.route
         try:
             _transport, connection = await loop.create_connection(
-                lambda: _EvalgateConnection(origin),
+                lambda: _EvalgateConnection(route),
                 target.host,
                 target.port,
                 ssl=tls,
@@ -387,8 +441,57 @@ class EvalgateHttpPool:
             where = f"{target.host}:{target.port}"
             reason = f"cannot connect to {where} ({type(exc).__name__}: {exc})"
             raise EvalgateHttpError(reason) from exc  # the cause tells a refusal (client.checks)
-        self._open = {c for c in self._open if not c.closed}
-        self._open.add(connection)
+        return connection
+
+    async def _dial_proxy(
+        self, target: EvalgateHttpTarget, proxy: EvalgateProxy
+    ) -> _EvalgateConnection:
+        loop = asyncio.get_running_loop()
+        route = target.route
+        try:
+            if not target.tls:
+                _transport, connection = await loop.create_connection(
+                    lambda: _EvalgateConnection(route), proxy.host, proxy.port
+                )
+                return connection
+            transport, tunnel = await loop.create_connection(
+                _EvalgateTunnel, proxy.host, proxy.port
+            )
+        except OSError as exc:
+            reason = f"cannot connect to the proxy {proxy.shown} ({type(exc).__name__}: {exc})"
+            raise EvalgateHttpError(reason) from exc
+        try:
+            return await self._tunnel(target, proxy, transport, tunnel)
+        except BaseException:
+            transport.close()
+            raise
+
+    async def _tunnel(
+        self,
+        target: EvalgateHttpTarget,
+        proxy: EvalgateProxy,
+        transport: asyncio.BaseTransport,
+        tunnel: _EvalgateTunnel,
+    ) -> _EvalgateConnection:
+        """``CONNECT`` through ``transport`` (to the proxy), then TLS to the target over it."""
+        loop = asyncio.get_running_loop()
+        raw = cast("asyncio.Transport", transport)
+        raw.write(target.evalgate_connect())
+        where = f"the proxy {proxy.shown} (CONNECT {target.authority})"
+        try:
+            _connect_status(await tunnel.answer)
+        except EvalgateHttpError as exc:
+            raise EvalgateHttpError(f"{where}: {exc}") from exc
+        try:
+            secure = await loop.start_tls(raw, tunnel, self._context(), server_hostname=target.host)
+        except (OSError, ssl.SSLError) as exc:
+            reason = f"{where}: TLS to {target.authority} failed ({type(exc).__name__}: {exc})"
+            raise EvalgateHttpError(reason) from exc
+        if secure is None:
+            raise EvalgateHttpError(f"{where}: the tunnel closed during TLS")
+        connection = _EvalgateConnection(target.route)
+        secure.set_protocol(connection)
+        connection.connection_made(secure)
         return connection
 
     def _context(self) -> ssl.SSLContext:

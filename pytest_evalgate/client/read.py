@@ -7,7 +7,9 @@ Contracts
   answer (the caller turns it into the attempt's error):
 
   - ``malformed_response`` (retried once): not JSON, not an object, no ``choices``;
-  - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message;
+  - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message
+    (also when a stream's 200 is one JSON error body and no SSE, up to 64 KiB of it; a non-200
+    answer to a stream is read as any non-200, ``client.call``);
   - ``truncated`` (retried): a stream that ended without a ``finish_reason``, whatever ended
     it (``[DONE]``, the end of the body): llama-cpp-python's server ends a stream it interrupts
     with ``[DONE]`` and no ``finish_reason``, and its empty answers were scored as wrong ones;
@@ -17,6 +19,10 @@ Contracts
 - The readers also keep the ``model`` and ``system_fingerprint`` the response reports (the
   first non-empty string of each in a stream; None when absent): the client compares the model
   with the candidate's (``model_mismatch``, ``client.call``).
+
+- A stream whose server sent no ``usage`` gets ``completion_tokens`` counted from its content
+  chunks, and ``usage_source`` ``EVALGATE_USAGE_FROM_CHUNKS`` (``"chunks"``) says so: a chunk
+  may hold several tokens, so that count (and the TPOT taken from it) is per chunk.
 
 - A body shorter than its ``Content-Length`` (or a chunked body cut off) is
   ``EvalgateHttpTruncated`` (``client.http1``), which the client classifies as ``truncated``.
@@ -33,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_evalgate.client.checks import EvalgateCaps
 from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
+
+EVALGATE_USAGE_FROM_CHUNKS = "chunks"
 
 if TYPE_CHECKING:  # only the type: responses come from the client's pool
     from pytest_evalgate.client.http1 import EvalgateHttpResponse
@@ -53,6 +61,7 @@ class EvalgateAttempt:
     retry: bool = False
     hint_s: float = 0.0
     usage_flag: str | None = None
+    usage_source: str | None = None  # "chunks": completion_tokens counted from the stream
     model: str | None = None
     system_fingerprint: str | None = None
     # Chat tool calls (SPEC 17), in the answer's order: {"id", "name", "arguments"}, the
@@ -124,8 +133,9 @@ async def evalgate_read_stream(
             f"the stream ended {ended} but no finish_reason after {sse.chunks} chunk(s)",
             retry=True,
         )
-    if done.completion_tokens is None:
+    if done.completion_tokens is None:  # the server sent no usage: count the content chunks
         done.completion_tokens = len(done.content_times)
+        done.usage_source = EVALGATE_USAGE_FROM_CHUNKS
 
 
 class EvalgateSse:
@@ -146,7 +156,7 @@ class EvalgateSse:
 
     def feed(self, data: bytes, now: float) -> bool:
         """Take the complete lines of ``tail + data``; True once ``[DONE]`` has been seen."""
-        if len(self.head) < _HEAD_BYTES:
+        if not self.chunks and len(self.head) < _HEAD_BYTES:  # until a chunk shows it is SSE
             self.head += data[: _HEAD_BYTES - len(self.head)]
         self.read_bytes += len(data)
         if self.read_bytes > self.caps.body_bytes:
@@ -219,7 +229,7 @@ class EvalgateSse:
         return [self.calls[index] for index in sorted(self.calls)]
 
 
-_HEAD_BYTES = 8192
+_HEAD_BYTES = 65536  # a JSON error body sent to a stream is read this far for its message
 
 
 def _not_a_stream(head: bytes, size: int) -> EvalgateAnswerError:

@@ -64,6 +64,8 @@ class EvalgateCallResult:
     ``error`` is None for an answer. With ``error`` set the identity has no result; ``output``
     and the timings may still describe the last attempt (a content-filtered answer, say).
     ``usage_flag`` set: the endpoint's usage was implausible, so the token counts are None.
+    ``usage_source`` ``"chunks"``: the server sent no usage; ``completion_tokens`` (and TPOT)
+    were counted from the stream's content chunks.
     ``model`` and ``system_fingerprint`` are what the last attempt's response reported (None
     when it did not, or sent no string). ``tool_calls`` are the answer's chat tool calls, in
     order, arguments as the text the model wrote (SPEC 17; the loop in ``dialogue`` runs them).
@@ -82,6 +84,7 @@ class EvalgateCallResult:
     error: EvalgateCallError | None
     sent_at: float
     usage_flag: str | None = None
+    usage_source: str | None = None  # "chunks": completion_tokens counted from stream chunks
     model: str | None = None
     system_fingerprint: str | None = None
     tool_calls: tuple[dict[str, str], ...] = ()  # chat tool calls: {"id", "name", "arguments"}

@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.endpoints.simulators import EvalgateSimulatorPool, evalgate_env_key
+from pytest_evalgate.endpoints.simulators import (
+    EvalgateSimulatorPool,
+    evalgate_check_proxy,
+    evalgate_env_key,
+)
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge.agreement import (
     EvalgateGoldenPairwise,
@@ -45,6 +49,7 @@ class EvalgateJudgeEndpoints:
         if url.startswith("simulated://"):
             url = self._simulated(manifest, judged, url)
         budget = judge.budget
+        evalgate_check_proxy(url)
         return EvalgateEndpoint(
             base_url=url.rstrip("/"),
             model=judge.model,

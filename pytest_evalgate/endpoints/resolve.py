@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from pytest_evalgate.client import EvalgateEndpoint
-from pytest_evalgate.endpoints.simulators import EvalgateSimulatorPool, evalgate_env_key
+from pytest_evalgate.endpoints.simulators import (
+    EvalgateSimulatorPool,
+    evalgate_check_proxy,
+    evalgate_env_key,
+)
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.manifest.load import (
@@ -72,6 +76,7 @@ class EvalgateEndpointPool:
         )
         if url.startswith(EVALGATE_SIMULATED_SCHEME):
             url = self._simulated(manifest, url)
+        evalgate_check_proxy(url)
         return EvalgateEndpoint(
             base_url=url.rstrip("/"),
             model=candidate.model,

@@ -4,7 +4,9 @@ an endpoint reads from the environment.
 ``EvalgateSimulatorPool`` starts one simulator per (suite file, ``simulated://`` URL), with the
 data file its caller writes (an answer key, a judge's truth) in one temporary folder, and stops
 them all on ``evalgate_close``. ``evalgate_env_key`` reads a key variable, refuses an unset one
-naming the file and key, and registers the value for redaction.
+naming the file and key, and registers the value for redaction. ``evalgate_check_proxy``
+reads the proxy the environment names for an endpoint's URL, so a bad proxy variable is a
+configuration error before any request, and registers its password for redaction.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pytest_evalgate.client.http1_head import evalgate_header_value_ok
+from pytest_evalgate.client.proxy import evalgate_proxy_for
 from pytest_evalgate.client.redact import evalgate_add_secret
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_spawn_simulator
@@ -73,3 +76,11 @@ def evalgate_env_key(source: str, key: str, name: str | None) -> str | None:
         reason = f"environment variable {name} holds a line break or NUL (a key read from a file"
         raise EvalgateConfigError(source, key, reason + " keeps its newline: strip it)")
     return value
+
+
+def evalgate_check_proxy(url: str) -> None:
+    """Refuse a proxy variable that cannot be used for ``url`` (``EvalgateConfigError``, the
+    proxy shown without credentials); register a usable proxy's password for redaction."""
+    proxy = evalgate_proxy_for(url, os.environ)
+    if proxy is not None:
+        evalgate_add_secret(proxy.password)

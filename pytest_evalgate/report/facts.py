@@ -343,6 +343,23 @@ def evalgate_latency_source(decision: EvalgateDecision) -> str:
     )
 
 
+def evalgate_chunk_counted_note(decision: EvalgateDecision) -> str | None:
+    """What the report says when token counts were counted from stream chunks (the server sent
+    no usage), or None when every count was the server's."""
+    sides = (decision.get("perf") or {}).get("chunk_counted")
+    counts = {"candidate": 0, "baseline": 0}
+    for side in counts:
+        figures = sides.get(side) if sides else None
+        counts[side] = int(figures.get("n") or 0) if isinstance(figures, dict) else 0
+    if not any(counts.values()):
+        return None
+    which = " and ".join(f"{n} {side}" for side, n in counts.items() if n)
+    return (
+        f"Output tokens and TPOT of {which} answers were counted from stream chunks: the server "
+        "sent no usage, and a chunk may hold several tokens (TPOT is then per chunk)"
+    )
+
+
 def evalgate_latency_rows(
     decision: EvalgateDecision,
 ) -> list[tuple[str, str, EvalgatePercentiles]]:

@@ -29,6 +29,7 @@ from pytest_evalgate.report.facts import (
     EvalgateReportContext,
     EvalgateSignatureStatus,
     EvalgateSliceRow,
+    evalgate_chunk_counted_note,
     evalgate_error_rows,
     evalgate_facts,
     evalgate_latency_rows,
@@ -311,6 +312,9 @@ def _latency(decision: EvalgateDecision) -> str:
     if not rows:
         return ""
     source = f"<p>From {escape(evalgate_latency_source(decision))}.</p>"
+    chunks = evalgate_chunk_counted_note(decision)
+    if chunks:
+        source += f"<p>{escape(chunks)}.</p>"
     svg = evalgate_latency_svg(decision)
     caption = "Whiskers p5 to p99, box p25 to p75, line at the median, cross at p95."
     figure = _figure(svg, caption) if svg else ""

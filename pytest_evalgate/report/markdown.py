@@ -22,6 +22,7 @@ from pytest_evalgate.report.facts import (
     EVALGATE_FACT_KEYS,
     EvalgateReportContext,
     EvalgateSignatureStatus,
+    evalgate_chunk_counted_note,
     evalgate_error_rows,
     evalgate_facts,
     evalgate_latency_rows,
@@ -164,6 +165,9 @@ def _perf(decision: EvalgateDecision) -> list[str]:
         return []
     phase = decision.get("perf_phase")
     lines = ["## Latency", "", f"From {evalgate_md_cell(evalgate_latency_source(decision))}.", ""]
+    chunks = evalgate_chunk_counted_note(decision)
+    if chunks:
+        lines += [f"{evalgate_md_cell(chunks)}.", ""]
     if phase:
         lines += [f"Load phase: {evalgate_md_cell(phase.get('reason', ''))}", ""]
     header = ["metric", "side", "n", "p50", "p95", "p99"]

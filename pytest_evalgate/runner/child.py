@@ -313,6 +313,8 @@ def evalgate_outcome(result: EvalgateCallResult, started: str, finished: str) ->
     }
     if result.usage_flag is not None:
         usage["flagged"] = result.usage_flag
+    if result.usage_source is not None:
+        usage["source"] = result.usage_source
     return {
         "output": result.output,
         "finish_reason": result.finish_reason,

@@ -149,6 +149,12 @@ def _timing(record: Mapping[str, object]) -> str | None:
 
 def _usage(record: Mapping[str, object]) -> str | None:
     usage = record["usage"]
+    if isinstance(usage, dict) and "source" in usage:
+        # counted from stream chunks (client.read): the only source a record names
+        if usage["source"] != "chunks" or usage.get("flagged") is not None:
+            return "usage.source must be 'chunks' (and the usage not flagged)"
+        usage = {name: value for name, value in usage.items() if name != "source"}
+        return _members({"usage": usage}, "usage", _USAGE_KEYS, _is_count)
     if not isinstance(usage, dict) or "flagged" not in usage:
         return _members(record, "usage", _USAGE_KEYS, _is_count)
     # implausible numbers the client refused to keep (client.checks): a reason, no counts

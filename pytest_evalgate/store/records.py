@@ -120,12 +120,15 @@ class EvalgateUsage(TypedDict):
     """A record's ``usage`` member, as the endpoint reported it (None when it did not).
 
     ``flagged`` (only when the endpoint's numbers were implausible, issue 19): why they were not
-    kept; both counts are then None.
+    kept; both counts are then None. ``source`` (only ``"chunks"``, issue 37): the server sent
+    no usage and ``completion_tokens`` was counted from the stream's content chunks; absent,
+    the counts are the server's.
     """
 
     prompt_tokens: int | None
     completion_tokens: int | None
     flagged: NotRequired[str]
+    source: NotRequired[str]
 
 
 class EvalgateSandboxFacts(TypedDict):
@@ -317,6 +320,8 @@ def _usage_fields(usage: EvalgateUsage) -> EvalgateUsage:
     }
     if "flagged" in usage:
         fields["flagged"] = usage["flagged"]
+    if "source" in usage:
+        fields["source"] = usage["source"]
     return fields
 
 

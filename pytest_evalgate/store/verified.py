@@ -37,8 +37,19 @@ EVALGATE_TABLE_PERF = {
     "itl": ("timing", "itl_p95_s"),
     "e2e": ("timing", "e2e_s"),
     "output_tokens": ("usage", "completion_tokens"),
+    "chunk_counted": ("usage", "source"),
 }
-"""The perf samples a table keeps per result (NaN when the record has no number there)."""
+"""The perf samples a table keeps per result (NaN when the record has no number there).
+``chunk_counted`` is 1 for a result whose token count was counted from stream chunks
+(``usage.source == "chunks"``), else no sample: its ``n`` is how many were."""
+
+
+def evalgate_perf_sample(value: object) -> float:
+    """A record member as a perf sample: a number as it is, ``"chunks"`` (a usage source) as 1,
+    anything else NaN (no sample; a hand-made store may leave a timing out)."""
+    if isinstance(value, int | float):
+        return float(value)
+    return 1.0 if value == "chunks" else math.nan
 
 
 class EvalgateTaken(NamedTuple):
@@ -148,8 +159,7 @@ def evalgate_taken(record: EvalgateRecord, canary: str | None) -> EvalgateTaken:
     perf = []
     for group, member in EVALGATE_TABLE_PERF.values():
         value = (record.get(group) or {}).get(member)  # type: ignore[attr-defined]
-        # Tolerant: a hand-made store may leave a timing out; it is then no sample.
-        perf.append(value if isinstance(value, int | float) else math.nan)
+        perf.append(evalgate_perf_sample(value))
     return EvalgateTaken(
         key,
         None,
