@@ -278,7 +278,7 @@ def test_every_subcommand_is_registered_in_help_order(capsys: Capsys) -> None:
         "pin", "gate", "aggregate", "report", "judge-agreement", "rejudge", "keygen", "verify",
         "override", "policy", "weights", "serve", "shard-plan", "k8s", "polyaxon", "registry",
         "admission", "canary", "shadow", "online-judge", "canary-scan", "trend", "import", "plan",
-        "probe",
+        "probe", "reference",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as caught:
         evalgate_build_parser().parse_args(["--help"])

@@ -52,6 +52,18 @@ from pytest_evalgate.formats.yamlread import evalgate_load_yaml
 
 EVALGATE_ROLES = ("gate", "policy", "override", "registry", "release")
 EVALGATE_TRUST_ENTRY_KEYS = frozenset({"identity", "public_key", "roles"})
+EVALGATE_ROLE_MEANINGS: Mapping[str, str] = {
+    "gate": "signs decisions (`--evalgate-sign-key`); admission admits only these",
+    "policy": "approves gate policies (`evalgate policy approve`)",
+    "override": "signs overrides; the override's approver is this key's identity",
+    "registry": "signs model registry entries (promotions, revocations)",
+    "release": "signs the weights (`evalgate weights sign`, OpenSSF model signing)",
+}
+EVALGATE_TRUST_ENTRY_MEANINGS: Mapping[str, str] = {
+    "identity": "who holds the key (a person, team or service account), named in every refusal",
+    "public_key": "the PEM public key (ECDSA P-256), relative to the trust file",
+    "roles": "what the key may sign (roles below), at least one, each once",
+}
 # registry.chain's entry type; the registry imports attest, never the reverse.
 EVALGATE_REGISTRY_ENTRY_TYPE = "https://pytest-evalgate.dev/registry-entry/v1"
 
@@ -291,3 +303,34 @@ def evalgate_release_refusal(decision: Mapping[str, Any], trust: EvalgateTrust) 
     if "release" not in key.roles:
         return f"the weights were signed by {key.describe()}, which lacks role release"
     return None
+
+
+# --- the reference -----------------------------------------------------------------------
+
+
+_REFERENCE_HEAD = """## Trust files (`--evalgate-trust`, `--trust`) and policy approvals
+
+A trust file is a mapping with one key, `keys`: a non-empty list of entries. Each public key is
+listed once (one key id), with all its roles; an identity may hold several keys (rotation).
+Anything else is refused naming the file, the entry (`keys[2].roles`) and the reason (exit 4,
+before any request). A policy approval (`<policy stem>.approval.dsse.json`, beside the policy)
+is written by `evalgate policy approve POLICY --sign-key KEY [--expires DATE]`, never by hand: a
+DSSE envelope over the policy's version and semantic digest, signed by a `policy` key.
+
+| entry key | meaning |
+|---|---|
+"""
+
+
+def evalgate_trust_reference() -> str:
+    """The trust-file section of docs/reference.md; ``KeyError`` when an entry key or a role
+    has no meaning, or a meaning names neither."""
+    for names, meanings in ((EVALGATE_TRUST_ENTRY_KEYS, EVALGATE_TRUST_ENTRY_MEANINGS),
+                            (frozenset(EVALGATE_ROLES), EVALGATE_ROLE_MEANINGS)):  # fmt: skip
+        if set(names) != set(meanings):
+            raise KeyError(f"trust reference: {sorted(set(names) ^ set(meanings))} out of step")
+    entries = [f"| `{key}` | {EVALGATE_TRUST_ENTRY_MEANINGS[key]} |" for key in sorted(
+        EVALGATE_TRUST_ENTRY_KEYS)]  # fmt: skip
+    roles = [f"| `{role}` | {EVALGATE_ROLE_MEANINGS[role]} |" for role in EVALGATE_ROLES]
+    table = "\n".join(entries) + "\n\n| role | meaning |\n|---|---|\n" + "\n".join(roles)
+    return _REFERENCE_HEAD + table + "\n"

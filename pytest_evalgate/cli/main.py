@@ -22,6 +22,7 @@ from pytest_evalgate.cli.k8s import evalgate_k8s_commands
 from pytest_evalgate.cli.onlinejudge import evalgate_online_judge_commands
 from pytest_evalgate.cli.policy import evalgate_policy_commands
 from pytest_evalgate.cli.polyaxon import evalgate_polyaxon_commands
+from pytest_evalgate.cli.reference import evalgate_reference_commands
 from pytest_evalgate.cli.registry import evalgate_registry_commands
 from pytest_evalgate.cli.serve import evalgate_serve_commands
 from pytest_evalgate.cli.shadow import evalgate_shadow_commands
@@ -54,6 +55,7 @@ def evalgate_commands() -> tuple[EvalgateCommand, ...]:
         *evalgate_trend_commands(),
         *evalgate_import_commands(),
         *evalgate_capacity_commands(),
+        *evalgate_reference_commands(),
     )
 
 

@@ -79,6 +79,8 @@ def evalgate_read_cases(
 
 _ROW_KEYS = {"id", "input", "messages", "turns", "expect", "target", "category", "cluster"}
 _ROW_KEYS |= {"cost", "metadata"}
+EVALGATE_ROW_KEYS: frozenset[str] = frozenset(_ROW_KEYS)
+"""Every field a dataset row may have (docs/reference.md's rows table is checked against it)."""
 
 
 def _parse_row(

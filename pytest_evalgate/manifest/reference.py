@@ -1,10 +1,14 @@
-"""The manifest reference (docs/reference.md), generated from the schema so it cannot drift.
+"""The manifest's part of the reference (docs/reference.md), generated so it cannot drift.
 
 ``evalgate_manifest_reference()`` walks ``EvalgateManifestSchema`` (and every block model under
 it) and writes one table row per key: its dotted name (``candidates.<name>.model`` for keys of
 a named block), type, whether it is required, its default, its bounds, and the one-line meaning
-from ``EVALGATE_KEY_MEANINGS``. A key without a meaning, or a meaning for a key the schema does
-not have, raises ``KeyError`` (tests/test_reference.py), so a new key cannot land undocumented.
+from ``EVALGATE_KEY_MEANINGS``. ``evalgate_rows_reference()`` does the same for the dataset
+row fields the loader accepts (``dataset.EVALGATE_ROW_KEYS``, meanings in
+``EVALGATE_ROW_MEANINGS``). A key without a meaning, or a meaning for a key the code does not
+have, raises ``KeyError`` (tests/test_reference.py), so a new key cannot land undocumented.
+``evalgate_model_rows`` and ``evalgate_table`` are the table writer the policy's part
+(``policy.reference``) uses too; ``cli.reference`` puts the parts together.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from pytest_evalgate.manifest.dataset import EVALGATE_ROW_KEYS
 from pytest_evalgate.manifest.schema import EvalgateManifestSchema
 
 EVALGATE_KEY_MEANINGS: dict[str, str] = {
@@ -121,35 +126,85 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "tools.timeout_s": "wall time of one identity's loop (then `timeout`)",
 }
 
-_HEAD = """# Manifest reference (`evalgate.yaml`)
+EVALGATE_ROW_MEANINGS: dict[str, str] = {
+    "id": "the case id (a non-empty string, unique in the file); part of every identity",
+    "category": "the case's slice: policy rules name categories",
+    "target": "the expected answer (a string or number) the scorer compares with; may be left "
+    "out of `turns` and `expect` rows",
+    "input": "the case's text, rendered through `prompt.template` (one of input, messages, turns)",
+    "messages": "a chat history `[{role, content}, ...]` answered once (`api: chat` only)",
+    "turns": "a scripted conversation `[{user, target?, check?}, ...]`, each turn after the "
+    "model's previous answer (`api: chat` only; docs/dialogue.md)",
+    "expect": "a tool case's trajectory checks: required and forbidden calls, call bounds, "
+    "final state (`scorer: tools`; docs/dialogue.md)",
+    "cluster": "cases that share a source (one document, one template): the gate's bootstrap "
+    "resamples clusters, not cases; default: the case id",
+    "cost": "the case's relative expected cost (a positive number, default 1): "
+    "`evalgate shard-plan` balances shards by it",
+    "metadata": "anything else about the case; kept in the dataset, never sent or scored",
+}
 
-Generated from the schema (`pytest_evalgate/manifest/reference.py`); do not edit by hand.
-`PYTEST_EVALGATE_WRITE_REFERENCE=1 python -m pytest tests/test_reference.py` rewrites it, and the
-test fails while it differs from the code. Every key is refused when unknown, and every
-refusal names the file, the key and the reason (exit 4, before any request). Dataset rows,
-policies and judges: docs/architecture.md, docs/judges.md, SPEC sections 3-10; conversations
-(`turns`, `messages`), tool fixtures and `expect`: docs/dialogue.md.
+_TABLE_HEAD = "| key | type | required | default | bounds | meaning |\n|---|---|---|---|---|---|\n"
 
-| key | type | required | default | bounds | meaning |
-|---|---|---|---|---|---|
+_MANIFEST_HEAD = """## The manifest (`evalgate.yaml`)
+
+Every key is refused when unknown, and every refusal names the file, the key and the reason
+(exit 4, before any request). Judges: docs/judges.md; conversations, tool fixtures and
+`expect`: docs/dialogue.md.
+
+"""
+
+_ROWS_HEAD = """## Dataset rows (`dataset.path`, JSON Lines)
+
+One JSON object per line. `id` and `category` are required; `target` too, except in `turns`
+and `expect` rows; exactly one of `input`, `messages` or `turns`. Any other key is refused,
+naming the file, the line and the key.
+
+| field | meaning |
+|---|---|
 """
 
 
 def evalgate_manifest_reference() -> str:
-    """docs/reference.md's text; raises ``KeyError`` naming a key without its meaning or a
-    meaning without its key."""
-    rows = list(_rows(EvalgateManifestSchema, ""))
-    keys = {key for key, _ in rows}
-    for stale in sorted(set(EVALGATE_KEY_MEANINGS) - keys):
+    """The manifest section of docs/reference.md; raises ``KeyError`` naming a key without its
+    meaning or a meaning without its key."""
+    return _MANIFEST_HEAD + evalgate_table(
+        evalgate_model_rows(EvalgateManifestSchema, ""), EVALGATE_KEY_MEANINGS,
+        "EVALGATE_KEY_MEANINGS",
+    )  # fmt: skip
+
+
+def evalgate_rows_reference() -> str:
+    """The dataset rows section of docs/reference.md, one row per field the loader accepts;
+    ``KeyError`` when a field has no meaning or a meaning has no field."""
+    _check_meanings(set(EVALGATE_ROW_KEYS), EVALGATE_ROW_MEANINGS, "EVALGATE_ROW_MEANINGS")
+    lines = [f"| `{key}` | {EVALGATE_ROW_MEANINGS[key]} |" for key in EVALGATE_ROW_MEANINGS]
+    return _ROWS_HEAD + "\n".join(lines) + "\n"
+
+
+def evalgate_table(rows: list[tuple[str, str]], meanings: dict[str, str], name: str) -> str:
+    """A key table (type, required, default, bounds, meaning) from ``evalgate_model_rows``;
+    ``KeyError`` when a key has no entry in ``meanings`` (called ``name`` in the message) or an
+    entry has no key."""
+    _check_meanings({key for key, _ in rows}, meanings, name)
+    lines = [f"| `{key}` | {cells} | {meanings[key]} |" for key, cells in rows]
+    return _TABLE_HEAD + "\n".join(lines) + "\n"
+
+
+def _check_meanings(keys: set[str], meanings: dict[str, str], name: str) -> None:
+    for stale in sorted(set(meanings) - keys):
         raise KeyError(f"a meaning for {stale}, which the schema does not have")
-    lines = [f"| `{key}` | {cells} | {_meaning(key)} |" for key, cells in rows]
-    return _HEAD + "\n".join(lines) + "\n"
+    for missing in sorted(keys - set(meanings)):
+        raise KeyError(f"{missing} has no meaning in {name}")
 
 
-def _meaning(key: str) -> str:
-    if key not in EVALGATE_KEY_MEANINGS:
-        raise KeyError(f"{key} has no meaning in EVALGATE_KEY_MEANINGS")
-    return EVALGATE_KEY_MEANINGS[key]
+def evalgate_model_rows(
+    model: type[BaseModel], prefix: str, skip: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """``(dotted key, table cells)`` for every field of ``model`` and of the block models under
+    it, in declaration order; fields named in ``skip`` are left out (their owner documents
+    them)."""
+    return [row for row in _rows(model, prefix) if row[0] not in skip]
 
 
 def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
@@ -186,6 +241,8 @@ def _cells(field: FieldInfo) -> str:
 def _default(field: FieldInfo) -> str:
     if field.default is PydanticUndefined:
         return "(empty)" if field.default_factory is not None else ""
+    if isinstance(field.default, BaseModel):
+        return "(below)"
     return "" if field.default is None else f"`{field.default}`"
 
 
@@ -220,6 +277,8 @@ def _type(annotation: Any) -> str:
     if origin is typing.Annotated:
         return _type(args[0])
     if origin in (typing.Union, types.UnionType):
+        if all(_is_model(a) for a in args):
+            return "block"  # one of several block kinds (a policy's rules), told apart by a key
         return " \\| ".join(_type(a) for a in args if a is not type(None))
     if origin is list:
         return f"list of {_type(args[0])}"

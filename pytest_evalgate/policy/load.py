@@ -19,7 +19,7 @@ import os
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 from pydantic_core import ErrorDetails
@@ -301,6 +301,12 @@ class _Policy(pydantic.BaseModel):
     rules: Annotated[list[_AnyRule], pydantic.Field(min_length=1)]
     online: Any = None  # validated by online.evalgate_online_rules (its own keys and messages)
     shadow: Any = None  # validated by shadow.evalgate_shadow_rules
+
+
+EVALGATE_POLICY_SCHEMA: type[pydantic.BaseModel] = _Policy
+"""The policy's top-level schema (``policy.reference`` documents it)."""
+EVALGATE_RULE_MODELS: tuple[type[pydantic.BaseModel], ...] = get_args(get_args(_AnyRule)[0])
+"""One model per rule kind of ``rules:``, in the order they are tried."""
 
 
 def evalgate_load_policy(path: str | Path) -> EvalgatePolicy:

@@ -103,6 +103,10 @@ class _OnlineRule(pydantic.BaseModel):
     failure_limit: Annotated[int, pydantic.Field(ge=0, le=1000)] = 2
 
 
+EVALGATE_ONLINE_RULE_MODEL: type[pydantic.BaseModel] = _OnlineRule
+"""One rule's schema (``policy.reference`` documents it)."""
+
+
 def evalgate_online_rules(raw: object, source: str) -> tuple[EvalgateOnlineRule, ...]:
     """Validate the ``online:`` list of ``source``; raise ``EvalgatePolicyError`` naming the key.
 

@@ -64,6 +64,10 @@ class _ShadowRule(pydantic.BaseModel):
     min_pairs: Annotated[int, pydantic.Field(ge=1, le=10_000_000)] = 30
 
 
+EVALGATE_SHADOW_RULE_MODEL: type[pydantic.BaseModel] = _ShadowRule
+"""One rule's schema (``policy.reference`` documents it)."""
+
+
 def evalgate_shadow_rules(raw: object, source: str) -> tuple[EvalgateShadowRule, ...]:
     """Validate the ``shadow:`` list of ``source``; raise ``EvalgatePolicyError`` naming the key.
 
