@@ -31,6 +31,7 @@ from pytest_evalgate.formats.canonical import evalgate_file_sha256, evalgate_sha
 from pytest_evalgate.formats.strictmodel import EvalgateBudgetSchema
 from pytest_evalgate.formats.yamlread import evalgate_load_yaml
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
+from pytest_evalgate.manifest.choice import evalgate_check_choice_keys
 from pytest_evalgate.manifest.code import (
     EvalgateSandboxBlock,
     evalgate_check_code_keys,
@@ -278,6 +279,7 @@ def _check_semantics(path: str, model: EvalgateManifestSchema) -> None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
     evaluator = model.evaluator.model_dump()
     evalgate_check_code_keys(path, evaluator, model.sandbox, model.repetitions)
+    evalgate_check_choice_keys(path, model)
 
 
 def _check_urls(path: str, key: str, value: str | list[str]) -> None:

@@ -35,7 +35,10 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "evaluator.revision": "the evaluator's revision; part of the definition digest",
     "evaluator.scorer": "exact, normalized, contains, regex, numeric, code, judge, tools, python:",
     "evaluator.turns": "`turns` rows: a case scores the share of passing turns, or 1/0 with all",
-    "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance)",
+    "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance;"
+    " for scorer: choice target_delimiter and metric: acc or acc_norm)",
+    "evaluator.method": "scorer: choice: loglikelihood (one echoed request per choice, needs"
+    " api: completions and stream: false) or generate (the model answers a letter)",
     "evaluator.language": "`scorer: code` only: the language of the answer's code",
     "evaluator.extract": "`scorer: code` only: how the code is taken from the answer",
     "evaluator.pass_at_k": "`scorer: code` only: pass@k over the repetitions",

@@ -22,6 +22,12 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 from urllib.parse import unquote
 
+from pytest_evalgate.simulated.choice_style import (
+    EvalgateSimChoicePlans,
+    evalgate_sim_echo_body,
+    evalgate_sim_echo_refusal,
+    evalgate_sim_wants_echo,
+)
 from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
 from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S, EvalgateSimConfig
 from pytest_evalgate.simulated.misbehave import (
@@ -113,6 +119,7 @@ class EvalgateSimApp:
         self.hangs_dropped = 0
         self.in_flight = 0
         self.slots = EvalgateSimSlots(config.service_slots)
+        self.choice_plans: EvalgateSimChoicePlans = {}  # echo requests (choice_style.py)
         self.reset()
 
     def reset(self) -> None:
@@ -239,6 +246,9 @@ class EvalgateSimApp:
             return
         model = str(body.get("model", ""))
         self.models.setdefault(model, None)
+        if kind == "text" and evalgate_sim_wants_echo(body):
+            self._echo(body, proto, index, model)
+            return
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
         wait = self.slots.evalgate_wait(time.monotonic(), plan.total_s)
@@ -256,6 +266,20 @@ class EvalgateSimApp:
         else:
             body_bytes = evalgate_sim_full_body(kind, rid, served, plan)
             proto.reply(200, body_bytes, delay=wait + plan.total_s)
+
+    def _echo(
+        self, body: Mapping[str, Any], proto: EvalgateSimProtocol, index: int, model: str
+    ) -> None:
+        """A prompt's log-probabilities (``choice_style``), after the configured latency."""
+        refusal = evalgate_sim_echo_refusal(self.config, body)
+        if refusal is not None:
+            proto.reply(400, _sim_bad_request(refusal))
+            return
+        served, rid = self.config.served_model or model, f"cmpl-evalgate-sim-{index}"
+        reply = evalgate_sim_echo_body(self.config, body, rid, served, self.choice_plans)
+        total_s = self.config.latency_ms / 1000.0
+        wait = self.slots.evalgate_wait(time.monotonic(), total_s)
+        proto.reply(200, reply, delay=wait + total_s)
 
     def _plan(self, body: Mapping[str, Any], kind: str, model: str) -> EvalgateSimPlan:
         prompt = body["messages"] if kind == "chat" else body["prompt"]
