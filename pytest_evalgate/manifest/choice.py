@@ -12,7 +12,7 @@
   ``messages``, ``turns`` or ``expect``. Refusals name the dataset file, the line and case id
   and the key.
 - ``method: generate`` renders the case, then the lettered choices (``A. ...``), then
-  ``Answer:``; the answer's first letter (after stripping) is compared with the right one.
+  ``Answer:``; the answer's letter (``evalgate_letter_index``) is compared with the right one.
 """
 
 from __future__ import annotations
@@ -127,9 +127,12 @@ def evalgate_lettered_prompt(text: str, choices: Sequence[str]) -> str:
 
 
 def evalgate_letter_index(answer: str, count: int) -> int | None:
-    """The choice an answer names by its first letter (stripped, upper-cased), or None."""
+    """The choice an answer names: its first character after stripping, a capital letter of
+    one of the ``count`` choices not followed by another letter (``B``, ``B.``, ``B) 42``;
+    never ``Blue`` or ``b``), else None (a wrong answer)."""
     stripped = answer.strip()
-    if not stripped:
+    if not stripped or stripped[0] not in _LETTERS[:count]:
         return None
-    index = _LETTERS.find(stripped[0].upper())
-    return index if 0 <= index < count else None
+    if len(stripped) > 1 and stripped[1].isalpha():
+        return None
+    return _LETTERS.index(stripped[0])
