@@ -17,7 +17,12 @@ from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manife
 from pytest_evalgate.runner.choice import evalgate_choice_graded, evalgate_choice_spec
 from pytest_evalgate.simulated import EvalgateSimConfig
 from pytest_evalgate.simulated.answers import evalgate_prompt_digest
-from pytest_evalgate.simulated.choice_style import evalgate_sim_echo_body, evalgate_sim_tokenize
+from pytest_evalgate.simulated.choice_style import (
+    EvalgateSimVocab,
+    evalgate_sim_echo_body,
+    evalgate_sim_tokenize,
+    evalgate_sim_tokenizer_reply,
+)
 from pytest_evalgate.store.records import EvalgateOutcome
 
 LOGLIK: dict[str, Any] = {
@@ -194,7 +199,8 @@ def _echo(
 ) -> dict[str, Any]:
     plans = {} if plan is None else {evalgate_prompt_digest(prompt): plan}
     body = {"model": "m", "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": max_tokens}
-    return json.loads(evalgate_sim_echo_body(config, body, "r", "m", plans))  # type: ignore[no-any-return]
+    reply = evalgate_sim_echo_body(config, body, "r", "m", plans, EvalgateSimVocab())
+    return json.loads(reply)  # type: ignore[no-any-return]
 
 
 def test_the_simulator_tokenizes_with_offsets_and_echoes_the_prompt() -> None:
@@ -234,3 +240,16 @@ def test_the_simulator_favours_the_right_choice_at_the_accuracy() -> None:
 def test_no_logprobs_knob_sends_null() -> None:
     reply = _echo(EvalgateSimConfig(no_logprobs=True), "Q: a", None, 0)
     assert reply["choices"][0]["logprobs"] is None
+
+
+def test_the_simulator_tokenizes_for_lm_eval_and_takes_token_ids_as_the_prompt() -> None:
+    vocab = EvalgateSimVocab()
+    status, body = evalgate_sim_tokenizer_reply("/tokenize", {"prompt": "Q: a a"}, vocab)
+    tokens = json.loads(body)["tokens"]
+    assert status == 200 and tokens == [0, 1, 1]
+    status, body = evalgate_sim_tokenizer_reply("/detokenize", {"tokens": [1, 0]}, vocab)
+    assert status == 200 and json.loads(body)["prompt"] == " aQ:"
+    assert evalgate_sim_tokenizer_reply("/detokenize", {"tokens": [7]}, vocab)[0] == 400
+    assert vocab.texts([0, 1]) == ["Q: a"] and vocab.texts([[0], "x"]) == ["Q:", "x"]
+    info = json.loads(evalgate_sim_tokenizer_reply("/tokenizer_info", None, vocab)[1])
+    assert info["eos_token"] is None

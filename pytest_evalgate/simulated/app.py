@@ -23,9 +23,11 @@ from typing import Any, TextIO
 from urllib.parse import unquote
 
 from pytest_evalgate.simulated.choice_style import (
+    EVALGATE_SIM_TOKENIZER_PATHS,
     EvalgateSimChoicePlans,
-    evalgate_sim_echo_body,
-    evalgate_sim_echo_refusal,
+    EvalgateSimVocab,
+    evalgate_sim_echo,
+    evalgate_sim_tokenizer_reply,
     evalgate_sim_wants_echo,
 )
 from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
@@ -120,6 +122,7 @@ class EvalgateSimApp:
         self.in_flight = 0
         self.slots = EvalgateSimSlots(config.service_slots)
         self.choice_plans: EvalgateSimChoicePlans = {}  # echo requests (choice_style.py)
+        self.vocab = EvalgateSimVocab()
         self.reset()
 
     def reset(self) -> None:
@@ -169,6 +172,13 @@ class EvalgateSimApp:
             self._log(request, None, None)
             self.begin(proto)  # models.retrieve: the simulator serves any model name
             proto.reply(200, json.dumps(self._model(request.path[len("/v1/models/") :])).encode())
+        elif request.path in EVALGATE_SIM_TOKENIZER_PATHS:  # lm-eval's tokenizer_backend=remote
+            self.begin(proto)
+            proto.reply(
+                *evalgate_sim_tokenizer_reply(
+                    request.path, evalgate_sim_json(request.body), self.vocab
+                )
+            )
         elif request.path in _CONTROL:
             self._control(request, proto)
         else:
@@ -246,8 +256,12 @@ class EvalgateSimApp:
             return
         model = str(body.get("model", ""))
         self.models.setdefault(model, None)
-        if kind == "text" and evalgate_sim_wants_echo(body):
-            self._echo(body, proto, index, model)
+        if kind == "text" and evalgate_sim_wants_echo(body):  # choice_style.py
+            status, reply, service_s = evalgate_sim_echo(
+                self.config, body, index, self.choice_plans, self.vocab
+            )
+            wait = self.slots.evalgate_wait(time.monotonic(), service_s) if status == 200 else 0.0
+            proto.reply(status, reply, delay=wait + service_s if status == 200 else 0.0)
             return
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
@@ -266,20 +280,6 @@ class EvalgateSimApp:
         else:
             body_bytes = evalgate_sim_full_body(kind, rid, served, plan)
             proto.reply(200, body_bytes, delay=wait + plan.total_s)
-
-    def _echo(
-        self, body: Mapping[str, Any], proto: EvalgateSimProtocol, index: int, model: str
-    ) -> None:
-        """A prompt's log-probabilities (``choice_style``), after the configured latency."""
-        refusal = evalgate_sim_echo_refusal(self.config, body)
-        if refusal is not None:
-            proto.reply(400, _sim_bad_request(refusal))
-            return
-        served, rid = self.config.served_model or model, f"cmpl-evalgate-sim-{index}"
-        reply = evalgate_sim_echo_body(self.config, body, rid, served, self.choice_plans)
-        total_s = self.config.latency_ms / 1000.0
-        wait = self.slots.evalgate_wait(time.monotonic(), total_s)
-        proto.reply(200, reply, delay=wait + total_s)
 
     def _plan(self, body: Mapping[str, Any], kind: str, model: str) -> EvalgateSimPlan:
         prompt = body["messages"] if kind == "chat" else body["prompt"]

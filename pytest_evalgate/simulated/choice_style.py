@@ -18,6 +18,12 @@ Contracts
 - ``max_tokens`` n >= 1 appends n generated tokens ``" the"`` (at most 16) after the echo;
   ``max_tokens: 0`` returns the echo alone. Knobs: ``refuse_max_tokens_0`` answers
   ``max_tokens: 0`` with a 400 (as some servers do), ``no_logprobs`` answers ``logprobs: null``.
+- Token ids (``EvalgateSimVocab``): each distinct token text gets the next id the first time
+  the server sees it, so ids are stable for the server's life. ``POST /tokenize`` (``{"prompt"}``
+  -> ``{"tokens", "count", "max_model_len"}``), ``POST /detokenize`` (``{"tokens"}`` ->
+  ``{"prompt"}``) and ``GET /tokenizer_info`` answer as vLLM's do, so lm-evaluation-harness's
+  ``tokenizer_backend=remote`` counts context tokens with the simulator's own tokenizer; a
+  completion's ``prompt`` may be token ids (a list of ints, or a list of such lists).
 - ``top_logprobs`` holds one entry per token (null first): the token itself, except for a
   non-favoured choice's tokens, whose top entry is ``" the"`` at a higher log-probability.
 """
@@ -47,6 +53,88 @@ def evalgate_sim_tokenize(text: str) -> list[tuple[str, int]]:
     return [(m.group(), m.start()) for m in _TOKEN.finditer(text)]
 
 
+EVALGATE_SIM_TOKENIZER_PATHS = frozenset({"/tokenize", "/detokenize", "/tokenizer_info"})
+_MAX_MODEL_LEN = 1 << 20
+
+
+class EvalgateSimVocab:
+    """Token text <-> id, ids given in order of first sight (module contract)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._texts: list[str] = []
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of ``text``'s tokens."""
+        return [self._id(token) for token, _ in evalgate_sim_tokenize(text)]
+
+    def decode(self, ids: list[object]) -> str:
+        """The text of token ids (an unknown id is a ``ValueError``: a 400)."""
+        if not all(isinstance(i, int) and 0 <= i < len(self._texts) for i in ids):
+            raise ValueError("unknown token id")
+        return "".join(self._texts[int(str(i))] for i in ids)
+
+    def _id(self, token: str) -> int:
+        found = self._ids.get(token)
+        if found is None:
+            found = self._ids[token] = len(self._texts)
+            self._texts.append(token)
+        return found
+
+    def texts(self, prompt: object) -> list[str]:
+        """A completion's ``prompt`` as texts: a string, strings, token ids, lists of ids."""
+        items = prompt if isinstance(prompt, list) else [prompt]
+        if items and all(isinstance(i, int) for i in items):
+            return [self.decode(list(items))]
+        return [item if isinstance(item, str) else self.decode(_ids(item)) for item in items]
+
+
+def _ids(item: object) -> list[object]:
+    if not isinstance(item, list):
+        raise ValueError("'prompt' items must be strings or lists of token ids")
+    return list(item)
+
+
+def evalgate_sim_echo(
+    config: EvalgateSimConfig,
+    body: Mapping[str, Any],
+    index: int,
+    plans: EvalgateSimChoicePlans,
+    vocab: EvalgateSimVocab,
+) -> tuple[int, bytes, float]:
+    """``(status, body, service seconds)`` of an echo request: a 400 for a refused
+    ``max_tokens: 0`` (``refuse_max_tokens_0``), else the echo after ``latency_ms``."""
+    refusal = evalgate_sim_echo_refusal(config, body)
+    if refusal is not None:
+        error = {"message": refusal + " (evalgate simulator)", "type": "invalid_request_error"}
+        return 400, json.dumps({"error": {**error, "param": None, "code": None}}).encode(), 0.0
+    model = str(body.get("model", ""))
+    served, rid = config.served_model or model, f"cmpl-evalgate-sim-{index}"
+    reply = evalgate_sim_echo_body(config, body, rid, served, plans, vocab)
+    return 200, reply, config.latency_ms / 1000.0
+
+
+def evalgate_sim_tokenizer_reply(
+    path: str, body: Mapping[str, Any] | None, vocab: EvalgateSimVocab
+) -> tuple[int, bytes]:
+    """The status and body of a tokenizer endpoint's answer (module contract)."""
+    if path == "/tokenizer_info":
+        info = {"eos_token": None, "bos_token": None, "pad_token": None, "chat_template": None}
+        return 200, json.dumps({**info, "model_max_length": _MAX_MODEL_LEN}).encode()
+    try:
+        if path == "/tokenize" and body is not None and isinstance(body.get("prompt"), str):
+            tokens = vocab.encode(body["prompt"])
+            reply = {"tokens": tokens, "count": len(tokens), "max_model_len": _MAX_MODEL_LEN}
+            return 200, json.dumps(reply).encode()
+        if path == "/detokenize" and body is not None and isinstance(body.get("tokens"), list):
+            return 200, json.dumps({"prompt": vocab.decode(body["tokens"])}).encode()
+    except ValueError as exc:
+        return 400, json.dumps({"error": {"message": str(exc), "type": "BadRequestError"}}).encode()
+    return 400, json.dumps(
+        {"error": {"message": "bad request", "type": "BadRequestError"}}
+    ).encode()
+
+
 def evalgate_sim_wants_echo(body: Mapping[str, Any]) -> bool:
     """Whether a ``/v1/completions`` body asks for its prompt's log-probabilities."""
     return body.get("echo") is True and body.get("logprobs") not in (None, False)
@@ -65,10 +153,11 @@ def evalgate_sim_echo_body(
     rid: str,
     served: str,
     plans: EvalgateSimChoicePlans,
+    vocab: EvalgateSimVocab,
 ) -> bytes:
-    """The whole echo answer (module contract)."""
+    """The whole echo answer (module contract); a bad token id is a ``ValueError``."""
     model = str(body.get("model", ""))
-    prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+    prompts = vocab.texts(body["prompt"])
     limit = body.get("max_tokens")
     generated = min(int(limit), _MAX_GENERATED) if isinstance(limit, int) and limit > 0 else 0
     choices, prompt_tokens = [], 0
