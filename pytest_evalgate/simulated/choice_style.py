@@ -12,9 +12,10 @@ Contracts
   of a case (``choice``: its ``group``, ``index``, ``right``, ``count``, ``context_chars``):
   the case's *favoured* choice is ``right`` when ``u(seed, model, group) < accuracy`` (the
   category's), else another choice drawn the same way; the favoured choice's tokens share a
-  total of ``-(0.4 + 0.2u)``, every other choice's ``-(2 + 3u)``: the favoured one has the
-  highest sum, so ``acc`` is right with probability ``accuracy``. Prompts outside the key get
-  context log-probabilities throughout.
+  total of ``-(0.4 + 0.04u)``, every other choice's ``-(0.45 + 3u)``: the favoured one has the
+  highest sum, so ``acc`` is right with probability ``accuracy``; per character a longer
+  choice close behind it may win, so ``acc_norm`` sometimes picks another choice. Prompts
+  outside the key get context log-probabilities throughout.
 - ``max_tokens`` n >= 1 appends n generated tokens ``" the"`` (at most 16) after the echo;
   ``max_tokens: 0`` returns the echo alone. Knobs: ``refuse_max_tokens_0`` answers
   ``max_tokens: 0`` with a 400 (as some servers do), ``no_logprobs`` answers ``logprobs: null``.
@@ -233,4 +234,4 @@ def _choice_total(
     config: EvalgateSimConfig, model: str, plan: Mapping[str, Any], favoured: bool
 ) -> float:
     u = evalgate_sim_uniform(config.seed, model, "choice-ll", plan["group"], plan["index"])
-    return -(0.4 + 0.2 * u) if favoured else -(2.0 + 3.0 * u)
+    return -(0.4 + 0.04 * u) if favoured else -(0.45 + 3.0 * u)
