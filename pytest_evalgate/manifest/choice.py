@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytest_evalgate.errors import EvalgateConfigError
 
 if TYPE_CHECKING:  # types only: the schema module imports nothing of this one
-    from pytest_evalgate.manifest.schema import EvalgateManifestSchema
+    from pytest_evalgate.manifest.schema import EvalgateEvaluatorSchema, EvalgateManifestSchema
 
 EVALGATE_CHOICE_SCORER = "choice"
 EVALGATE_CHOICE_METRICS = ("acc", "acc_norm")
@@ -37,6 +37,13 @@ def evalgate_choice_method(model: EvalgateManifestSchema) -> str | None:
     if model.evaluator.scorer != EVALGATE_CHOICE_SCORER:
         return None
     return model.evaluator.method or "loglikelihood"
+
+
+def evalgate_by_loglikelihood(evaluator: EvalgateEvaluatorSchema) -> bool:
+    """Whether an evaluator scores multiple choice by log-likelihood (one request a choice)."""
+    return evaluator.scorer == EVALGATE_CHOICE_SCORER and (
+        (evaluator.method or "loglikelihood") == "loglikelihood"
+    )
 
 
 def evalgate_check_choice_keys(path: str, model: EvalgateManifestSchema) -> None:

@@ -26,6 +26,7 @@ from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateE
 from pytest_evalgate.client.budget import EvalgateLimiter
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.manifest.choice import (
+    evalgate_by_loglikelihood,
     evalgate_choice_delimiter,
     evalgate_letter_index,
 )
@@ -41,8 +42,7 @@ EVALGATE_PROBE_CHOICE = " yes"
 
 def evalgate_is_loglikelihood(manifest: EvalgateManifest) -> bool:
     """Whether ``manifest`` scores multiple choice by log-likelihood."""
-    evaluator = manifest.evaluator
-    return evaluator.scorer == "choice" and (evaluator.method or "loglikelihood") == "loglikelihood"
+    return evalgate_by_loglikelihood(manifest.evaluator)
 
 
 def evalgate_choice_spec(
