@@ -131,3 +131,15 @@ def test_method_generate_asks_for_a_letter_over_chat(pytester: pytest.Pytester) 
     right = [r for r in records if r["passed"]]
     assert right and all(r["output"] == "ABCD"[r["choice"]["target"]] for r in right)
     assert all(r["choice"]["method"] == "generate" for r in records)
+
+
+def test_a_rerun_resumes_without_a_request(pytester: pytest.Pytester) -> None:
+    _suite(pytester, "accuracy=0.8&seed=6", "accuracy=0.8&seed=6", count=20)
+    assert _run(pytester).ret == 0
+    first = {r["checksum"] for r in _records(pytester, "candidate")}
+    log = pytester.path / "requests.jsonl"
+    again = _run(pytester, f"--evalgate-request-log={log}")
+    assert again.ret == 0
+    again.stdout.fnmatch_lines(["*verdict PASS*"])
+    assert not log.exists() or log.read_text() == ""  # no probe, no choice request
+    assert {r["checksum"] for r in _records(pytester, "candidate")} == first
