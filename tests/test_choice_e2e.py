@@ -143,3 +143,35 @@ def test_a_rerun_resumes_without_a_request(pytester: pytest.Pytester) -> None:
     again.stdout.fnmatch_lines(["*verdict PASS*"])
     assert not log.exists() or log.read_text() == ""  # no probe, no choice request
     assert {r["checksum"] for r in _records(pytester, "candidate")} == first
+
+
+@pytest.mark.parametrize(("budget", "peak"), [(8, 4), (2, 2)])
+def test_the_choices_of_an_identity_go_at_once_within_the_budget(
+    pytester: pytest.Pytester, tmp_path: Path, budget: int, peak: int
+) -> None:
+    from suitekit import write_answer_key
+
+    from pytest_evalgate.simulated import EvalgateSimConfig
+    from pytest_evalgate.simulated.server import EvalgateSimServer
+
+    def suite(url: str) -> Path:
+        return write_suite(
+            pytester.path / "suite",
+            {"candidate": url},
+            cases=make_choice_cases(1),
+            policy={"version": "v", "baseline": None, "rules": [
+                {"slice": "all", "rule": "min_rate", "min": 0.0}]},
+            budget={"max_concurrency": budget, "max_attempts": 1, "timeout_s": 10},
+            extra=LOGLIK,
+        )  # fmt: skip
+
+    key = write_answer_key(suite("http://127.0.0.1:9/v1"), tmp_path / "key.jsonl")
+    config = EvalgateSimConfig(accuracy=1.0, latency_ms=300)
+    with EvalgateSimServer(config, answers=key) as server:
+        suite(server.base_url)
+        server.reset()
+        result = _run(pytester)
+        stats = server.stats()
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    assert stats["requests_total"] == 5  # the probe, then the identity's four choices
+    assert stats["peak_in_flight"] == peak  # all four at once, unless the budget is smaller
