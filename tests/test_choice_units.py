@@ -4,8 +4,9 @@ the letter of a generated answer, and the simulator's echo style."""
 from __future__ import annotations
 
 import json
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from suitekit import make_choice_cases, write_suite
@@ -253,3 +254,76 @@ def test_the_simulator_tokenizes_for_lm_eval_and_takes_token_ids_as_the_prompt()
     assert vocab.texts([0, 1]) == ["Q: a"] and vocab.texts([[0], "x"]) == ["Q:", "x"]
     info = json.loads(evalgate_sim_tokenizer_reply("/tokenizer_info", None, vocab)[1])
     assert info["eos_token"] is None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """A loopback completions server: 400 for max_tokens 0 when asked, logprobs as given."""
+
+    refuse_zero: ClassVar[bool] = False
+    logprobs: ClassVar[Any] = None
+    seen: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).seen.append(body["max_tokens"])
+        if self.refuse_zero and body["max_tokens"] == 0:
+            self._send(400, {"error": {"message": "max_tokens must be at least 1"}})
+            return
+        choice = {
+            "index": 0,
+            "text": body["prompt"],
+            "logprobs": self.logprobs,
+            "finish_reason": "length",
+        }
+        self._send(200, {"choices": [choice], "model": body["model"]})
+
+    def _send(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _probe(refuse_zero: bool, logprobs: Any) -> tuple[int | None, list[int], str]:
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from pytest_evalgate.client import EvalgateEndpoint
+    from pytest_evalgate.runner.choice import evalgate_probe_choices
+
+    handler = type("H", (_Handler,), {"refuse_zero": refuse_zero, "logprobs": logprobs, "seen": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    endpoint = EvalgateEndpoint(url, "m", "completions", None, 5.0, 1, stream=False)
+    try:
+        return evalgate_probe_choices(endpoint, "cand", "evalgate.yaml"), handler.seen, ""
+    except EvalgateConfigError as exc:
+        return None, handler.seen, str(exc)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+GOOD = {"tokens": ["a", " b"], "token_logprobs": [None, -1.0], "text_offset": [0, 1]}
+
+
+def test_the_probe_keeps_max_tokens_0_when_the_server_takes_it() -> None:
+    assert _probe(False, GOOD)[:2] == (0, [0])
+
+
+def test_the_probe_falls_back_to_1_after_a_400() -> None:
+    assert _probe(True, GOOD)[:2] == (1, [0, 1])
+
+
+@pytest.mark.parametrize("logprobs", [None, {"tokens": ["a"], "token_logprobs": [None]}])
+def test_the_probe_refuses_a_server_without_usable_logprobs(logprobs: Any) -> None:
+    max_tokens, seen, message = _probe(False, logprobs)
+    assert max_tokens is None and seen == [0]
+    assert "candidates.cand" in message and "no log probabilities" in message

@@ -20,11 +20,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from pytest_evalgate.choice.loglik import evalgate_acc_norm_pick, evalgate_acc_pick
+from pytest_evalgate.choice.loglik import (
+    evalgate_acc_norm_pick,
+    evalgate_acc_pick,
+    evalgate_logprobs_lists,
+)
 from pytest_evalgate.choice.loop import evalgate_choice_body
 from pytest_evalgate.client import EvalgateCallResult, EvalgateClient, EvalgateEndpoint
 from pytest_evalgate.client.budget import EvalgateLimiter
-from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.errors import EvalgateAnswerError, EvalgateConfigError
 from pytest_evalgate.manifest.choice import (
     evalgate_by_loglikelihood,
     evalgate_choice_delimiter,
@@ -134,10 +138,17 @@ def _check_logprobs(
     result: EvalgateCallResult, candidate: str, source: str, max_tokens: int
 ) -> None:
     logprobs = result.logprobs
-    if logprobs is None or not isinstance(logprobs.get("token_logprobs"), list):
+    usable = logprobs is not None
+    if logprobs is not None:
+        try:
+            evalgate_logprobs_lists(logprobs)
+        except EvalgateAnswerError:
+            usable = False
+    if not usable:
         reason = (
-            f"candidate {candidate!r}: the endpoint returned no log probabilities for"
-            f" echo: true, logprobs: 1, max_tokens: {max_tokens}; scorer: choice with method:"
-            " loglikelihood needs a server that returns them (vLLM's /v1/completions does)"
+            f"candidate {candidate!r}: the endpoint returned no log probabilities (tokens,"
+            f" token_logprobs, text_offset) for echo: true, logprobs: 1, max_tokens: {max_tokens};"
+            " scorer: choice with method: loglikelihood needs a server that returns them"
+            " (vLLM's /v1/completions does)"
         )
         raise EvalgateConfigError(source, f"candidates.{candidate}", reason)

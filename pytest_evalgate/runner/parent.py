@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
+from pytest_evalgate.manifest.choice import evalgate_by_loglikelihood
 from pytest_evalgate.runner.choice import evalgate_choice_graded, evalgate_choice_spec
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.dialogue import (
@@ -609,6 +610,7 @@ def evalgate_estimate_tokens(work: EvalgateWork) -> int:
     ``max_tokens``; corrected by the response's ``usage`` afterwards."""
     prompt = work.case.evalgate_prompt_json()
     chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
-    if work.case.choices and isinstance(prompt, str):  # one echoed request per choice
+    loglik = work.case.choices and evalgate_by_loglikelihood(work.suite.manifest.evaluator)
+    if loglik and isinstance(prompt, str):  # one echoed request per choice (SPEC 18)
         return chars // 4 + 1 + max(len(c) for c in work.case.choices) // 4 + 2
     return chars // 4 + 1 + work.suite.manifest.generation.max_tokens
