@@ -175,3 +175,18 @@ def test_the_choices_of_an_identity_go_at_once_within_the_budget(
     assert result.ret == 0, result.stdout.str()[-2000:]
     assert stats["requests_total"] == 5  # the probe, then the identity's four choices
     assert stats["peak_in_flight"] == peak  # all four at once, unless the budget is smaller
+
+
+def test_an_errored_identity_is_no_result_and_the_run_is_incomplete_not_invalid(
+    pytester: pytest.Pytester,
+) -> None:
+    # half the requests fail with a 500 (seeded: the probe, request 0, is answered at seed 0)
+    _suite(pytester, "accuracy=0.9&fail_rate=0.5&seed=0", "accuracy=0.9", count=6)
+    path = pytester.path / "suite" / "evalgate.yaml"
+    path.write_text(path.read_text().replace("max_attempts: 2", "max_attempts: 1"))
+    result = _run(pytester)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*verdict INCOMPLETE*"])
+    errored = [r for r in _records(pytester, "candidate") if r["error"] is not None]
+    assert errored and all(r["score"] is None and r["passed"] is None for r in errored)
+    assert all(r["choice"]["acc"] is None and r["choice"]["count"] == 4 for r in errored)

@@ -9,6 +9,8 @@ of what comes back, and the probe of each candidate before the suite.
   completed (``count``, ``target``, ``acc``, ``acc_norm``) and its ``output`` the picked
   choice's text, and the grade to seal it with: 1.0 when the pick of ``evaluator.options.
   metric`` (``acc`` unless ``acc_norm`` is named) is the target, else 0.0.
+- ``evalgate_choice_errored(case, outcome)``: an errored identity's ``choice`` member completed
+  with the count and target and no picks (its record has no score, like every error's).
 - ``evalgate_probe_choices(endpoint, candidate)``: one request with ``max_tokens: 0`` (a 400
   asks again with 1) before any case: returns the ``max_tokens`` the candidate's requests use
   (recorded in every record's ``choice.max_tokens``); an answer without ``logprobs``, or an
@@ -82,6 +84,14 @@ def evalgate_choice_graded(
         return score, score == 1.0
 
     return graded, grade
+
+
+def evalgate_choice_errored(case: EvalgateCase, outcome: EvalgateOutcome) -> EvalgateOutcome:
+    """An errored identity's outcome with its ``choice`` member complete: the count and the
+    target, no picks (``acc`` and ``acc_norm`` null), the log-likelihoods that came back (none
+    when any request failed)."""
+    facts = {**outcome["choice"], "count": len(case.choices), "target": int(case.target)}
+    return {**outcome, "choice": {**facts, "acc": None, "acc_norm": None}}
 
 
 def _facts(

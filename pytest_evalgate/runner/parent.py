@@ -46,7 +46,11 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest.choice import evalgate_by_loglikelihood
-from pytest_evalgate.runner.choice import evalgate_choice_graded, evalgate_choice_spec
+from pytest_evalgate.runner.choice import (
+    evalgate_choice_errored,
+    evalgate_choice_graded,
+    evalgate_choice_spec,
+)
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.dialogue import (
     evalgate_dialogue_graded,
@@ -159,6 +163,8 @@ class EvalgateWork:
         judged = self.suite.manifest.judged is not None  # its judge reads the transcript
         if self.case.choices and outcome["error"] is None:  # multiple choice (SPEC 18)
             outcome, grade = evalgate_choice_graded(self.case, self.suite.manifest, outcome)
+        elif self.case.choices and "choice" in outcome:  # an error: no picks, nothing graded
+            outcome = evalgate_choice_errored(self.case, outcome)
         elif "dialogue" in outcome and outcome["error"] is None and not judged:
             suite = self.suite
             outcome, grade = evalgate_dialogue_graded(
