@@ -113,7 +113,8 @@ def make_choice_cases(
     rows = []
     for i in range(count):
         right = i % 4
-        choices = [f"option {i}-{k}" + "x" * ((i + k) % 3) for k in range(4)]
+        # lengths 10 to 23 characters: acc_norm's per-character pick differs from acc's at times
+        choices = [f"option {i}-{k}" + " more" * ((i + k) % 3) + "xxx" * (k % 2) for k in range(4)]
         rows.append(
             {
                 "id": f"{categories[i % len(categories)]}-{i:03d}",
