@@ -63,11 +63,13 @@ EVALGATE_BUILTIN_SCORERS: tuple[str, ...] = ("exact", "normalized", "contains", 
 """Names of the scorers this module implements."""
 
 _KEY = "evaluator.scorer"
-_RESERVED = ("judge", "tools")  # graded by their stage: the judge, the tool loop (dialogue)
+# graded by their stage: the judge, the tool loop (dialogue), multiple choice (runner.choice)
+_RESERVED = ("judge", "tools", "choice")
 _PYTHON_PREFIX = "python:"
 _COMMON_OPTIONS = frozenset({"threshold"})
 _OPTIONS: dict[str, frozenset[str]] = {
     "tools": frozenset({"answer_scorer"}),  # the final answer's text scorer (default contains)
+    "choice": frozenset({"target_delimiter", "metric"}),  # SPEC 18 (manifest.choice)
     "regex": frozenset({"search"}),
     "numeric": frozenset({"tolerance", "rel_tolerance"}),
 }

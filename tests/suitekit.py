@@ -103,3 +103,25 @@ def write_answer_key(manifest_path: Path, key_path: Path) -> Path:
     manifest = evalgate_load_manifest(str(manifest_path))
     evalgate_write_answer_key(key_path, evalgate_answer_rows(manifest))
     return key_path
+
+
+def make_choice_cases(
+    count: int, categories: Sequence[str] = ("alpha", "beta")
+) -> list[dict[str, Any]]:
+    """``count`` four-choice rows (SPEC 18), distinct questions, the right choice's index as
+    target, categories in turn; the right choice moves between positions and lengths."""
+    rows = []
+    for i in range(count):
+        right = i % 4
+        # lengths 10 to 23 characters: acc_norm's per-character pick differs from acc's at times
+        choices = [f"option {i}-{k}" + " more" * ((i + k) % 3) + "xxx" * (k % 2) for k in range(4)]
+        rows.append(
+            {
+                "id": f"{categories[i % len(categories)]}-{i:03d}",
+                "input": f"Question {i}: which option is right?",
+                "choices": choices,
+                "target": right,
+                "category": categories[i % len(categories)],
+            }
+        )
+    return rows

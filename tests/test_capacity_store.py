@@ -119,15 +119,19 @@ def test_plan_text_names_where_each_figure_came_from(
         "candidate: 4 requests x 4 output tokens (measured over 2 stored answers)"
         " = 16 output tokens"
     )
-    assert lines[1] == "  rate: 100 output tokens/s per replica (assumed), 1 GPU(s) per replica"
-    assert lines[2].startswith("  per request: 0.0") and lines[2].endswith(
+    # the 4 prompts of 38 characters: ceil(38 / 4) = 10 tokens each (issue 32's prefill line)
+    assert (
+        lines[1] == "  prefill: 40 prompt tokens (the suite's prompts, characters / 4, an estimate)"
+    )
+    assert lines[2] == "  rate: 100 output tokens/s per replica (assumed), 1 GPU(s) per replica"
+    assert lines[3].startswith("  per request: 0.0") and lines[3].endswith(
         " s end to end (stored mean)"
     )
-    assert lines[3] == (
+    assert lines[4] == (
         "  stored: 2 answered; the next run sends 2 (8 output tokens, 0.08 s on one replica)"
     )
-    assert lines[4] == "  one replica: 0.16 s; 4.444e-05 GPU-hours"
-    assert lines[5] == "  wall time on 1 replica(s): 0.16 s"
+    assert lines[5] == "  one replica: 0.16 s; 4.444e-05 GPU-hours"
+    assert lines[6] == "  wall time on 1 replica(s): 0.16 s"
     # each figure on its own: stated tokens per request, the stored rate
     argv = ["plan", str(suite), "--store", str(store), "--assume-output-tokens", "10", "--json"]
     assert main(argv) == 0

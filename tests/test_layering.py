@@ -40,6 +40,8 @@ CHILD_MAY_IMPORT = (
     # conversations and tool loops (SPEC 17): the loop, one tool call, a python: tool's import
     "pytest_evalgate.dialogue.loop", "pytest_evalgate.dialogue.toolrun",
     "pytest_evalgate.dialogue.pyimport",
+    # multiple choice (SPEC 18): one identity's requests and their log-likelihoods
+    "pytest_evalgate.choice.loop", "pytest_evalgate.choice.loglik",
 )  # fmt: skip
 PARENT_SIDE = (
     "pytest", "pytest_evalgate.runner.parent", "pytest_evalgate.runner.committer",

@@ -31,6 +31,7 @@ KNOBS = (
     "fault",  # issue 19: misbehaving answers
     "served_model",  # issue 30: answers under another model name
     "tool_accuracy", "tool_invalid", "tool_loop",  # issue 31: the tool-using style
+    "refuse_max_tokens_0", "no_logprobs",  # issue 32: the echo style (choice_style)
 )  # fmt: skip
 
 

@@ -17,9 +17,9 @@ import pytest_evalgate.simulated.server as simulated_server
 PACKAGE = Path(simulated.__file__).parent
 # The order of the package docstring: a module may import only modules before it.
 ORDER = (
-    "knobs", "draws", "canary", "answers", "code_style", "judge_style", "tool_style", "styles",
-    "plan", "faults", "responses", "protocol", "misbehave", "slots", "app", "server", "spec",
-    "process", "__main__",
+    "knobs", "draws", "canary", "answers", "code_style", "judge_style", "tool_style",
+    "choice_style", "styles", "plan", "faults", "responses", "protocol", "misbehave", "slots",
+    "app", "server", "spec", "process", "__main__",
 )  # fmt: skip
 HTTP_LAYER = ("responses", "protocol", "app")
 # The simulated judge's decisions are the judge package's pure core (docs/judges.md); only the

@@ -4,7 +4,10 @@ wall time on N replicas, and the replicas a target wall time needs.
 Contracts (``docs/capacity.md`` writes them out with the seed's example):
 
 - A candidate's **output tokens** are its requests (cases x repetitions) times the mean output
-  tokens of one request (measured in the store, or assumed).
+  tokens of one request (measured in the store, or assumed). Its **prefill tokens** (the
+  prompts' tokens, what long-context cases spend their time on) are counted beside them, from
+  the suite's prompts (``manifest.context``: characters / 4, stated as an estimate); replica
+  time stays output tokens over the output rate (the rate measured includes the prefill).
 - **Replica-seconds** are output tokens / the output tokens per second one replica sustains;
   **GPU-hours** are replica-seconds x GPUs per replica / 3600.
 - **Wall time on N replicas** is replica-seconds / N: replicas are assumed to scale linearly and
@@ -53,6 +56,9 @@ class EvalgateCapacityInput:
     tokens_per_s: float
     rate_source: str
     gpus_per_replica: int
+    # long context (SPEC 18): the prompt tokens the requests prefill (None: not known)
+    prefill_tokens: float | None = None
+    prefill_source: str = "not counted"
 
 
 @dataclass(frozen=True)

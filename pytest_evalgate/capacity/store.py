@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from pytest_evalgate.capacity.plan import EvalgateCapacityInput, EvalgateMeasured, evalgate_measure
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.manifest.choice import evalgate_by_loglikelihood, evalgate_choice_delimiter
+from pytest_evalgate.manifest.context import EVALGATE_ESTIMATE_NOTE, evalgate_prefill_tokens
 from pytest_evalgate.manifest.load import EvalgateCandidate, EvalgateManifest
 from pytest_evalgate.store import (
     EvalgateExpectation,
@@ -64,7 +66,14 @@ def evalgate_capacity_input(
     gpus = assume.gpus_per_replica
     if gpus is None:
         gpus = evalgate_pinned_gpus(candidate)
-    return EvalgateCapacityInput(name, requests, tokens, tokens_source, rate, rate_source, gpus)
+    loglik = evalgate_by_loglikelihood(manifest.evaluator)
+    delimiter = evalgate_choice_delimiter(manifest.evaluator.options) if loglik else None
+    prefill = evalgate_prefill_tokens(manifest.cases, delimiter) * manifest.repetitions
+    return EvalgateCapacityInput(
+        name, requests, tokens, tokens_source, rate, rate_source, gpus,
+        prefill_tokens=float(prefill) if assume.requests is None else None,
+        prefill_source=f"the suite's prompts, {EVALGATE_ESTIMATE_NOTE}",
+    )  # fmt: skip
 
 
 def evalgate_pinned_gpus(candidate: EvalgateCandidate) -> int:

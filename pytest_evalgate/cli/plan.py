@@ -205,8 +205,10 @@ def _plan_lines(
     gpu_hours = sum(plan.gpu_hours for plan in plans)
     wall = max(plan.wall_s for plan in plans)
     side = " (candidates side by side, each on its own replicas)" if len(plans) > 1 else ""
+    prefill = _prefill_sum(plans)
+    prompt = "" if prefill is None else f", {_count(prefill)} prefill tokens"
     lines.append(
-        f"total: {_count(tokens)} output tokens, {gpu_hours:.4g} GPU-hours; "
+        f"total: {_count(tokens)} output tokens{prompt}, {gpu_hours:.4g} GPU-hours; "
         f"wall time {_duration(wall)}{side}"
     )
     return lines
@@ -224,6 +226,8 @@ def _candidate_lines(
         f"  rate: {_count(given.tokens_per_s)} output tokens/s per replica ({given.rate_source}), "
         f"{given.gpus_per_replica} GPU(s) per replica",
     ]
+    if given.prefill_tokens is not None:  # long context: what the prompts prefill (SPEC 18)
+        lines.insert(1, f"  prefill: {_prefill(given)} prompt tokens ({given.prefill_source})")
     if measured is not None and measured.records:
         lines.append(f"  per request: {measured.e2e_mean_s:.3f} s end to end (stored mean)")
     if measured is not None:
@@ -239,6 +243,15 @@ def _candidate_lines(
     return lines
 
 
+def _prefill_sum(plans: list[EvalgateCapacityPlan]) -> float | None:
+    values = [plan.given.prefill_tokens for plan in plans]
+    return None if any(v is None for v in values) else sum(v or 0.0 for v in values)
+
+
+def _prefill(given: EvalgateCapacityInput) -> str:
+    return "-" if given.prefill_tokens is None else _count(given.prefill_tokens)
+
+
 def _plan_document(
     plans: list[EvalgateCapacityPlan], measured: dict[str, EvalgateMeasured]
 ) -> dict[str, Any]:
@@ -248,6 +261,9 @@ def _plan_document(
         "gpu_hours": sum(plan.gpu_hours for plan in plans),
         "wall_s": max(plan.wall_s for plan in plans),
     }
+    prefill = _prefill_sum(plans)
+    if prefill is not None:  # a suite's prompts were counted (SPEC 18)
+        total["prefill_tokens"] = prefill
     return {"candidates": rows, "total": total}
 
 
@@ -258,6 +274,7 @@ def _plan_row(plan: EvalgateCapacityPlan, seen: EvalgateMeasured | None) -> dict
         "name": given.name, "requests": given.requests,
         "tokens_per_request": given.tokens_per_request, "tokens_source": given.tokens_source,
         "output_tokens": plan.output_tokens, "tokens_per_s": given.tokens_per_s,
+        "prefill_tokens": given.prefill_tokens, "prefill_source": given.prefill_source,
         "rate_source": given.rate_source, "gpus_per_replica": given.gpus_per_replica,
         "replica_s": plan.replica_s, "gpu_hours": plan.gpu_hours, "replicas": plan.replicas,
         "wall_s": plan.wall_s, "measured": None if seen is None else _measured_document(seen),

@@ -431,6 +431,7 @@ def _result(
         model=_reported(done.model),
         system_fingerprint=_reported(done.system_fingerprint),
         tool_calls=tuple(done.tool_calls),
+        logprobs=done.logprobs,
     )
 
 

@@ -69,6 +69,7 @@ class EvalgateCaps:
     body_bytes: int
     max_tokens: int | None
     request_bytes: int
+    echo: bool = False  # the answer's text repeats the prompt (SPEC 18): its size is the prompt's
 
     @property
     def why(self) -> str:
@@ -81,6 +82,10 @@ class EvalgateCaps:
 def evalgate_caps(body: Mapping[str, object], request_bytes: int) -> EvalgateCaps:
     """The caps of a request whose generation settings are ``body``."""
     limit = body.get("max_tokens", body.get("max_completion_tokens"))
+    if body.get("echo") is True:  # the answer holds the prompt: the fixed caps
+        kept = limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        kept = kept if kept is not None and kept > 0 else None
+        return EvalgateCaps(_TEXT_NO_LIMIT, _BODY_NO_LIMIT, kept, request_bytes, echo=True)
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         return EvalgateCaps(_TEXT_NO_LIMIT, _BODY_NO_LIMIT, None, request_bytes)
     text = max(_TEXT_FLOOR, EVALGATE_CHARS_PER_TOKEN * limit)
@@ -100,7 +105,7 @@ def evalgate_usage_flag(
         return f"completion_tokens {completion_tokens} exceeds max_tokens {limit}"
     if prompt_tokens is not None and prompt_tokens > caps.request_bytes + _PROMPT_SLACK_TOKENS:
         return f"prompt_tokens {prompt_tokens} for a request of {caps.request_bytes} bytes"
-    if completion_tokens is not None and output:
+    if completion_tokens is not None and output and not caps.echo:
         carried = EVALGATE_CHARS_PER_TOKEN * max(completion_tokens, 1) + _TEXT_FLOOR // 16
         if len(output) > carried:
             return f"completion_tokens {completion_tokens} for {len(output)} characters of answer"

@@ -67,6 +67,8 @@ class EvalgateAttempt:
     # Chat tool calls (SPEC 17), in the answer's order: {"id", "name", "arguments"}, the
     # arguments the raw text the model wrote (a stream's pieces joined by their ``index``).
     tool_calls: list[dict[str, str]] = field(default_factory=list)
+    # A completion's ``logprobs`` object as sent (echoed prompts, SPEC 18), None when absent.
+    logprobs: dict[str, Any] | None = None
 
 
 def _malformed(message: str) -> EvalgateAnswerError:
@@ -99,6 +101,8 @@ async def evalgate_read_whole(
     done.finish_reason = choice.get("finish_reason")
     if isinstance(message, dict):
         done.tool_calls = evalgate_tool_calls_of(message.get("tool_calls"))
+    logprobs = choice.get("logprobs")
+    done.logprobs = logprobs if isinstance(logprobs, dict) else None
     _take_usage(obj.get("usage"), done)
     _take_served(obj, done)
     if isinstance(text, str) and len(text) > caps.text_chars:

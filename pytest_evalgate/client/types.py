@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 EVALGATE_ERROR_CATEGORIES = (
     "timeout",
@@ -69,6 +71,8 @@ class EvalgateCallResult:
     ``model`` and ``system_fingerprint`` are what the last attempt's response reported (None
     when it did not, or sent no string). ``tool_calls`` are the answer's chat tool calls, in
     order, arguments as the text the model wrote (SPEC 17; the loop in ``dialogue`` runs them).
+    ``logprobs`` is a whole completion's ``choices[0].logprobs`` object as the endpoint sent it
+    (``tokens``, ``token_logprobs``, ``text_offset``: SPEC 18, read by ``choice.loglik``).
     """
 
     output: str | None
@@ -88,3 +92,4 @@ class EvalgateCallResult:
     model: str | None = None
     system_fingerprint: str | None = None
     tool_calls: tuple[dict[str, str], ...] = ()  # chat tool calls: {"id", "name", "arguments"}
+    logprobs: Mapping[str, Any] | None = None

@@ -19,6 +19,7 @@ from pytest_evalgate.endpoints.simulators import (
 )
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
+from pytest_evalgate.manifest.choice import evalgate_choice_delimiter
 from pytest_evalgate.manifest.load import (
     EvalgateCandidate,
     EvalgateManifest,
@@ -116,7 +117,9 @@ def evalgate_answer_rows(manifest: EvalgateManifest) -> Iterator[tuple[object, .
 def _answer_rows(manifest: EvalgateManifest) -> Iterator[tuple[object, ...]]:
     for case in manifest.cases:
         prompt = case.evalgate_prompt_json()
-        if case.turns:
+        if case.choices:
+            yield from _choice_rows(manifest, case.choices, prompt, case.target, case.category)
+        elif case.turns:
             system = [m for m in prompt if isinstance(m, dict) and m["role"] == "system"]
             for turn in case.turns:
                 if turn.target is not None:
@@ -127,6 +130,29 @@ def _answer_rows(manifest: EvalgateManifest) -> Iterator[tuple[object, ...]]:
             yield prompt, case.target, case.category, calls
         else:
             yield prompt, case.target, case.category
+
+
+def _choice_rows(
+    manifest: EvalgateManifest,
+    choices: tuple[str, ...],
+    prompt: object,
+    target: str,
+    category: str,
+) -> Iterator[tuple[object, ...]]:
+    """A multiple-choice case's rows: for ``method: generate`` its prompt and right letter;
+    for ``loglikelihood`` one row per choice's whole prompt, with the echo style's plan
+    (``simulated.choice_style``: the case's group, the choice's and the right index)."""
+    right = int(target)
+    if manifest.evaluator.method == "generate":
+        yield prompt, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[right], category
+        return
+    context = str(prompt)
+    delimiter = evalgate_choice_delimiter(manifest.evaluator.options)
+    group = evalgate_sha256_hex(context)
+    for index, choice in enumerate(choices):
+        plan = {"group": group, "index": index, "right": right, "count": len(choices)}
+        plan["context_chars"] = len(context)
+        yield context + delimiter + choice, choices[right], category, plan
 
 
 def _api_key(manifest: EvalgateManifest, candidate: EvalgateCandidate) -> str | None:

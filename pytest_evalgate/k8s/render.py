@@ -499,7 +499,8 @@ def _tensor_parallel(source: str, name: str, pins: Mapping[str, object]) -> int:
 
 def evalgate_serving_args(candidate: EvalgateCandidateLike, gpus: int) -> list[str]:
     """The serving container's arguments (vLLM OpenAI server flags) from the candidate's pins:
-    the model is the mounted weights folder, never a name to download."""
+    the model is the mounted weights folder, never a name to download; ``quantization`` and
+    ``max_model_len`` become ``--quantization`` and ``--max-model-len``."""
     args = [
         f"--model={EVALGATE_WEIGHTS_MOUNT}",
         f"--served-model-name={candidate.model}",
@@ -508,6 +509,8 @@ def evalgate_serving_args(candidate: EvalgateCandidateLike, gpus: int) -> list[s
     ]
     if candidate.pins.get("quantization"):
         args.append(f"--quantization={candidate.pins['quantization']}")
+    if candidate.pins.get("max_model_len"):  # long context (SPEC 18): checked by the manifest
+        args.append(f"--max-model-len={candidate.pins['max_model_len']}")
     return args
 
 

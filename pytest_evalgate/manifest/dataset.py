@@ -24,6 +24,11 @@ from pytest_evalgate.dialogue.case import (
 )
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.jsonlread import evalgate_jsonl_rows
+from pytest_evalgate.manifest.choice import (
+    evalgate_lettered_prompt,
+    evalgate_row_choices,
+    evalgate_target_index,
+)
 from pytest_evalgate.manifest.schema import EvalgateManifestSchema
 
 
@@ -50,6 +55,7 @@ class EvalgateCase:
     line: int
     turns: tuple[EvalgateTurn, ...] = ()  # a scripted conversation: prompt ends with turn 1
     expect: EvalgateExpect | None = None  # a tool case's trajectory checks
+    choices: tuple[str, ...] = ()  # multiple choice (SPEC 18); ``target`` is then an index
 
     def evalgate_prompt_json(self) -> list[dict[str, str]] | str:
         """The prompt as builtins, ready for a request body."""
@@ -78,7 +84,7 @@ def evalgate_read_cases(
 
 
 _ROW_KEYS = {"id", "input", "messages", "turns", "expect", "target", "category", "cluster"}
-_ROW_KEYS |= {"cost", "metadata"}
+_ROW_KEYS |= {"cost", "metadata", "choices"}
 EVALGATE_ROW_KEYS: frozenset[str] = frozenset(_ROW_KEYS)
 """Every field a dataset row may have (docs/reference.md's rows table is checked against it)."""
 
@@ -97,6 +103,9 @@ def _parse_row(
     turns = evalgate_parse_turns(dataset_path, where, row["turns"]) if "turns" in row else ()
     expect = evalgate_parse_expect(dataset_path, where, row["expect"]) if "expect" in row else None
     optional_target = bool(turns) or expect is not None
+    choices = evalgate_row_choices(dataset_path, where, row, model)
+    if choices:
+        return _choice_case(dataset_path, where, row, model, case_id, choices, number)
     return EvalgateCase(
         case_id=case_id,
         category=_row_str(dataset_path, where, row, "category"),
@@ -109,6 +118,40 @@ def _parse_row(
         line=number,
         turns=turns,
         expect=expect,
+    )
+
+
+def _choice_case(
+    source: str,
+    where: str,
+    row: Mapping[str, object],
+    model: EvalgateManifestSchema,
+    case_id: str,
+    choices: tuple[str, ...],
+    number: int,
+) -> EvalgateCase:
+    """A multiple-choice row: ``input`` rendered (with the lettered choices for ``method:
+    generate``), ``target`` the right choice's index as text."""
+    if "input" not in row:
+        raise EvalgateConfigError(source, f"{where}: input", "a choices row needs an input")
+    text = _render_template(source, where, _row_str(source, where, row, "input"), model)
+    if model.evaluator.method == "generate":
+        text = evalgate_lettered_prompt(text, choices)
+    system = (
+        ()
+        if model.prompt.system is None or model.api == "completions"
+        else ({"role": "system", "content": model.prompt.system},)
+    )
+    prompt = text if model.api == "completions" else (*system, {"role": "user", "content": text})
+    return EvalgateCase(
+        case_id=case_id,
+        category=_row_str(source, where, row, "category"),
+        cluster=_row_cluster(source, where, row, case_id),
+        target=str(evalgate_target_index(source, where, row.get("target"), choices)),
+        cost=_row_cost(source, where, row) * len(choices),
+        prompt=prompt,
+        line=number,
+        choices=choices,
     )
 
 

@@ -31,6 +31,11 @@ from pytest_evalgate.formats.canonical import evalgate_file_sha256, evalgate_sha
 from pytest_evalgate.formats.strictmodel import EvalgateBudgetSchema
 from pytest_evalgate.formats.yamlread import evalgate_load_yaml
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
+from pytest_evalgate.manifest.choice import (
+    evalgate_check_choice_keys,
+    evalgate_choice_delimiter,
+    evalgate_choice_method,
+)
 from pytest_evalgate.manifest.code import (
     EvalgateSandboxBlock,
     evalgate_check_code_keys,
@@ -39,6 +44,7 @@ from pytest_evalgate.manifest.code import (
     evalgate_sandbox_definition,
     evalgate_sandbox_settings,
 )
+from pytest_evalgate.manifest.context import evalgate_check_context
 from pytest_evalgate.manifest.dataset import EvalgateCase, evalgate_read_cases
 from pytest_evalgate.manifest.judge import (
     EvalgateJudged,
@@ -180,6 +186,7 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     candidates = _candidates(model)
     for name, candidate in candidates.items():
         evalgate_check_weights_pins(path, name, candidate.pins)  # weights image = digest
+    _check_context(path, dataset_path, model, cases, candidates)
     judged = evalgate_judged(path, suite_dir, model.evaluator, model.judge, candidates)
     if judged is not None:
         _check_golden(judged, cases)
@@ -212,6 +219,22 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         tools=model.tools,
         fixture=fixture,
     )
+
+
+def _check_context(
+    path: str,
+    dataset_path: str,
+    model: EvalgateManifestSchema,
+    cases: tuple[EvalgateCase, ...],
+    candidates: Mapping[str, EvalgateCandidate],
+) -> None:
+    # A case longer than a candidate's pinned max_model_len is refused here (SPEC 18), naming
+    # the case: the server would refuse it after the run had started.
+    loglik = evalgate_choice_method(model) == "loglikelihood"
+    delimiter = evalgate_choice_delimiter(model.evaluator.options) if loglik else None
+    output = 1 if loglik else model.generation.max_tokens
+    pins = {name: c.pins for name, c in candidates.items()}
+    evalgate_check_context(path, dataset_path, cases, pins, delimiter, output)
 
 
 def _check_golden(judged: EvalgateJudged, cases: tuple[EvalgateCase, ...]) -> None:
@@ -278,6 +301,7 @@ def _check_semantics(path: str, model: EvalgateManifestSchema) -> None:
         raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
     evaluator = model.evaluator.model_dump()
     evalgate_check_code_keys(path, evaluator, model.sandbox, model.repetitions)
+    evalgate_check_choice_keys(path, model)
 
 
 def _check_urls(path: str, key: str, value: str | list[str]) -> None:

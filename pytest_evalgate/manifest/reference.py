@@ -40,7 +40,10 @@ EVALGATE_KEY_MEANINGS: dict[str, str] = {
     "evaluator.revision": "the evaluator's revision; part of the definition digest",
     "evaluator.scorer": "exact, normalized, contains, regex, numeric, code, judge, tools, python:",
     "evaluator.turns": "`turns` rows: a case scores the share of passing turns, or 1/0 with all",
-    "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance)",
+    "evaluator.options": "the scorer's options (e.g. a regex pattern, a numeric tolerance;"
+    " for scorer: choice target_delimiter and metric: acc or acc_norm)",
+    "evaluator.method": "scorer: choice: loglikelihood (one echoed request per choice, needs"
+    " api: completions and stream: false) or generate (the model answers a letter)",
     "evaluator.language": "`scorer: code` only: the language of the answer's code",
     "evaluator.extract": "`scorer: code` only: how the code is taken from the answer",
     "evaluator.pass_at_k": "`scorer: code` only: pass@k over the repetitions",
@@ -141,6 +144,8 @@ EVALGATE_ROW_MEANINGS: dict[str, str] = {
     "resamples clusters, not cases; default: the case id",
     "cost": "the case's relative expected cost (a positive number, default 1): "
     "`evalgate shard-plan` balances shards by it",
+    "choices": "`scorer: choice` only: the answer options (at least 2, distinct); `target` is "
+    "the right one's index or text (docs/multiple-choice.md)",
     "metadata": "anything else about the case; kept in the dataset, never sent or scored",
 }
 
@@ -157,7 +162,7 @@ Every key is refused when unknown, and every refusal names the file, the key and
 _ROWS_HEAD = """## Dataset rows (`dataset.path`, JSON Lines)
 
 One JSON object per line. `id` and `category` are required; `target` too, except in `turns`
-and `expect` rows; exactly one of `input`, `messages` or `turns`. Any other key is refused,
+and `expect` rows; exactly one of `input`, `messages` or `turns` (`choices` goes with `input`). Any other key is refused,
 naming the file, the line and the key.
 
 | field | meaning |

@@ -49,6 +49,8 @@ class EvalgateEvaluatorSchema(_Strict):
     pass_at_k: int | None = None
     # conversations (SPEC 17): "share" of passing turns (the default) or "all" must pass
     turns: Literal["share", "all"] | None = None
+    # scorer: choice only (manifest.choice, SPEC 18): log-likelihoods of the choices, or a letter
+    method: Literal["loglikelihood", "generate"] | None = None
     # scorer: judge only (validated by manifest_judge); absent keys stay out of every dump
     mode: Any = None
     rubric: Any = None

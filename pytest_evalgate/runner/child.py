@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from pytest_evalgate.choice.loop import evalgate_run_choices
 from pytest_evalgate.client import (
     EvalgateCallResult,
     EvalgateClient,
@@ -251,7 +252,9 @@ class EvalgateChild:
                 " not stored, usage.flagged in the record (logged once per candidate)"
             )
         outcome = evalgate_outcome(result, started, _now())
-        if facts is not None:
+        if facts is not None and work.dialogue is not None and work.dialogue["kind"] == "choices":
+            outcome["choice"] = facts
+        elif facts is not None:
             outcome["dialogue"] = facts
         return EvalgateWireResult(work.index, self._in_flight, fatal, outcome)
 
@@ -265,6 +268,8 @@ class EvalgateChild:
             return await client.call(endpoint, body, work.identity, work.est_tokens)
 
         assert work.dialogue is not None
+        if work.dialogue["kind"] == "choices":  # multiple choice (SPEC 18): one call a choice
+            return await evalgate_run_choices(call, work.body, work.dialogue)
         return await evalgate_run_dialogue(
             call, work.body, work.dialogue, self._boxes, work.identity
         )

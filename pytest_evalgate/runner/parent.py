@@ -45,6 +45,12 @@ from typing import IO, TYPE_CHECKING, Any
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
+from pytest_evalgate.manifest.choice import evalgate_by_loglikelihood
+from pytest_evalgate.runner.choice import (
+    evalgate_choice_errored,
+    evalgate_choice_graded,
+    evalgate_choice_spec,
+)
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.dialogue import (
     evalgate_dialogue_graded,
@@ -121,6 +127,8 @@ class EvalgateSuiteRun:
     keys: dict[str, str]
     sandbox: dict[str, Any] | None = None  # scorer: code (runner.execution settings)
     tools: dict[str, Any] | None = None  # a tool suite's fixture for the child (with services)
+    # multiple choice by log-likelihood (SPEC 18): candidate -> the max_tokens its probe chose
+    choice_max_tokens: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +161,11 @@ class EvalgateWork:
         code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
         grade = evalgate_code_grade(outcome) if code else self.evalgate_grade
         judged = self.suite.manifest.judged is not None  # its judge reads the transcript
-        if "dialogue" in outcome and outcome["error"] is None and not judged:
+        if self.case.choices and outcome["error"] is None:  # multiple choice (SPEC 18)
+            outcome, grade = evalgate_choice_graded(self.case, self.suite.manifest, outcome)
+        elif self.case.choices and "choice" in outcome:  # an error: no picks, nothing graded
+            outcome = evalgate_choice_errored(self.case, outcome)
+        elif "dialogue" in outcome and outcome["error"] is None and not judged:
             suite = self.suite
             outcome, grade = evalgate_dialogue_graded(
                 self.case, suite.manifest, suite.scorer, suite.threshold, outcome
@@ -432,6 +444,9 @@ class EvalgateRunner:
         self._outbox.append(evalgate_encode(request))
 
     def _dialogue(self, work: EvalgateWork) -> dict[str, Any] | None:
+        if work.case.choices:  # multiple choice (SPEC 18): None for method: generate
+            max_tokens = work.suite.choice_max_tokens.get(work.candidate, 0)
+            return evalgate_choice_spec(work.case, work.suite.manifest, max_tokens)
         spec = evalgate_dialogue_spec(work.case, work.suite.manifest)
         fixture = work.suite.tools
         if spec is not None and fixture is not None:
@@ -601,4 +616,7 @@ def evalgate_estimate_tokens(work: EvalgateWork) -> int:
     ``max_tokens``; corrected by the response's ``usage`` afterwards."""
     prompt = work.case.evalgate_prompt_json()
     chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
+    loglik = work.case.choices and evalgate_by_loglikelihood(work.suite.manifest.evaluator)
+    if loglik and isinstance(prompt, str):  # one echoed request per choice (SPEC 18)
+        return chars // 4 + 1 + max(len(c) for c in work.case.choices) // 4 + 2
     return chars // 4 + 1 + work.suite.manifest.generation.max_tokens

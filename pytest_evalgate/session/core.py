@@ -197,6 +197,8 @@ class EvalgatePlugin:
             return  # judged: the judging stage starts with the item loop, sees every answer
         if suite.manifest.fixture is not None:
             return  # tools: the mock services start with the item loop (a refusal is exit 4)
+        if suite.manifest.evaluator.scorer == "choice":
+            return  # multiple choice: each candidate is probed at the item loop (a refusal: exit 4)
         self.running.evalgate_start_early(path, suite)
 
     # -- running ----------------------------------------------------------------------------

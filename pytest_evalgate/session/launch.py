@@ -21,6 +21,7 @@ from pytest_evalgate.endpoints.resolve import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.items import EvalgateItem
 from pytest_evalgate.manifest.load import EvalgateManifest
+from pytest_evalgate.runner.choice import evalgate_is_loglikelihood, evalgate_probe_choices
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,
@@ -133,6 +134,7 @@ def evalgate_make_runner(
     while pytest still collects, with a larger first window)."""
     for run in runs.values():
         run.endpoints.update(_endpoints(pool, run.manifest, topology.part_index))
+        _probe_choices(run, {w.candidate for w in works if w.suite is run})
         for name, prefix in run.prefixes.items():  # verified as committed (store.table)
             expect = evalgate_expectation(run.manifest, name)
             verified.evalgate_watch(prefix, expect, run.manifest.canary)
@@ -152,6 +154,22 @@ def evalgate_make_runner(
         journal_store=store_root,
         on_record=on_record,
     )
+
+
+def _probe_choices(run: EvalgateSuiteRun, candidates: set[str]) -> None:
+    """Multiple choice by log-likelihood (SPEC 18): each candidate that will be asked is probed
+    once, before any case: the ``max_tokens`` it accepts (0, else 1) is kept for its works;
+    one that returns no log probabilities is a configuration error (exit 4) naming it."""
+    if not evalgate_is_loglikelihood(run.manifest):
+        return
+    for name in sorted(candidates - set(run.choice_max_tokens)):
+        endpoint = run.endpoints[name]
+        run.choice_max_tokens[name] = evalgate_probe_choices(endpoint, name, run.manifest.path)
+        _LOG.info(
+            "evalgate: candidate %s: choice requests use max_tokens %d",
+            name,
+            run.choice_max_tokens[name],
+        )
 
 
 def _endpoints(

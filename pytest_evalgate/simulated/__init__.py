@@ -16,6 +16,8 @@ One job per module, imports flowing down this list:
 - ``tool_style``: the tool-using style (requests that carry ``tools``): the next planned call
   from the answer key's tool plans, then the keyed answer; ``tool_accuracy``, ``tool_invalid``
   and ``tool_loop`` knobs; a conversation's turn answered by its last user message.
+- ``choice_style``: ``/v1/completions`` with ``echo`` and ``logprobs`` (SPEC 18): the prompt's
+  tokens and log-probabilities, the answer key's right choice favoured at ``accuracy``.
 - ``styles``: the answer seam: :class:`EvalgateSimAsk` in, answer text out; picks the style.
 - ``plan``: tokens, padding, truncation, usage and timings of one answer.
 - ``faults``: which completion request fails, and how.

@@ -54,13 +54,17 @@ def evalgate_write_answer_key(
 ) -> int:
     """Write ``(messages_or_prompt, target, category)`` rows as an answer key, or
     ``(messages_or_prompt, target, category, calls)`` for a tool case (``calls``: its expected
-    ``{"name", "arguments"}``, the tool style's plan); returns the count."""
+    ``{"name", "arguments"}``, the tool style's plan), or ``(prompt, target, category, choice)``
+    for one choice of a multiple-choice case (``choice``: a mapping, the echo style's plan:
+    ``simulated.choice_style``); returns the count."""
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
         for prompt, target, category, *calls in rows:
             row: dict[str, object] = {"prompt_sha256": evalgate_prompt_digest(prompt)}
             row |= {"target": target, "category": category}
-            if calls:
+            if calls and isinstance(calls[0], dict):  # a choice of a multiple-choice case
+                row["choice"] = calls[0]
+            elif calls:
                 row["calls"] = calls[0]
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
@@ -102,6 +106,19 @@ def evalgate_load_tool_plans(path: str | os.PathLike[str]) -> dict[str, tuple[An
             row = json.loads(line) if line.strip() else {}
             if isinstance(row.get("calls"), list):
                 plans[str(row["prompt_sha256"])] = tuple(row["calls"])
+    return plans
+
+
+def evalgate_load_choice_plans(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The choice plans of an answer key: digest -> the row's ``choice`` with its
+    ``category`` (rows with one only; the rows were checked by ``evalgate_load_answer_key``)."""
+    plans: dict[str, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line) if line.strip() else {}
+            if isinstance(row.get("choice"), dict):
+                plan = {**row["choice"], "category": row.get("category", "")}
+                plans[str(row["prompt_sha256"])] = plan
     return plans
 
 

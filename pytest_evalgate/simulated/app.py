@@ -22,6 +22,14 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 from urllib.parse import unquote
 
+from pytest_evalgate.simulated.choice_style import (
+    EVALGATE_SIM_TOKENIZER_PATHS,
+    EvalgateSimChoicePlans,
+    EvalgateSimVocab,
+    evalgate_sim_echo,
+    evalgate_sim_tokenizer_reply,
+    evalgate_sim_wants_echo,
+)
 from pytest_evalgate.simulated.faults import evalgate_sim_fault, evalgate_sim_fault_headers
 from pytest_evalgate.simulated.knobs import EVALGATE_SIM_HANG_LIMIT_S, EvalgateSimConfig
 from pytest_evalgate.simulated.misbehave import (
@@ -113,6 +121,8 @@ class EvalgateSimApp:
         self.hangs_dropped = 0
         self.in_flight = 0
         self.slots = EvalgateSimSlots(config.service_slots)
+        self.choice_plans: EvalgateSimChoicePlans = {}  # echo requests (choice_style.py)
+        self.vocab = EvalgateSimVocab()
         self.reset()
 
     def reset(self) -> None:
@@ -162,6 +172,13 @@ class EvalgateSimApp:
             self._log(request, None, None)
             self.begin(proto)  # models.retrieve: the simulator serves any model name
             proto.reply(200, json.dumps(self._model(request.path[len("/v1/models/") :])).encode())
+        elif request.path in EVALGATE_SIM_TOKENIZER_PATHS:  # lm-eval's tokenizer_backend=remote
+            self.begin(proto)
+            proto.reply(
+                *evalgate_sim_tokenizer_reply(
+                    request.path, evalgate_sim_json(request.body), self.vocab
+                )
+            )
         elif request.path in _CONTROL:
             self._control(request, proto)
         else:
@@ -239,6 +256,13 @@ class EvalgateSimApp:
             return
         model = str(body.get("model", ""))
         self.models.setdefault(model, None)
+        if kind == "text" and evalgate_sim_wants_echo(body):  # choice_style.py
+            status, reply, service_s = evalgate_sim_echo(
+                self.config, body, index, self.choice_plans, self.vocab
+            )
+            wait = self.slots.evalgate_wait(time.monotonic(), service_s) if status == 200 else 0.0
+            proto.reply(status, reply, delay=wait + service_s if status == 200 else 0.0)
+            return
         plan = self._plan(body, kind, model)
         rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-evalgate-sim-{index}"
         wait = self.slots.evalgate_wait(time.monotonic(), plan.total_s)

@@ -106,6 +106,10 @@ class EvalgateSimConfig:
     tool_accuracy: float = 1.0
     tool_invalid: float = 0.0
     tool_loop: float = 0.0
+    # issue 32: echo/logprobs requests (simulated/choice_style.py): a server that refuses
+    # max_tokens 0, and one that returns no log probabilities
+    refuse_max_tokens_0: bool = False
+    no_logprobs: bool = False
 
     def accuracy_for(self, category: str | None) -> float:
         """The accuracy that applies to ``category`` (its override, else ``accuracy``), plus

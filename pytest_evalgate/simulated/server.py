@@ -17,7 +17,11 @@ from types import TracebackType
 from typing import Any, TextIO
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.simulated.answers import evalgate_load_answer_key, evalgate_load_tool_plans
+from pytest_evalgate.simulated.answers import (
+    evalgate_load_answer_key,
+    evalgate_load_choice_plans,
+    evalgate_load_tool_plans,
+)
 from pytest_evalgate.simulated.app import EvalgateSimApp
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig, evalgate_sim_base_url
 from pytest_evalgate.simulated.protocol import EvalgateSimProtocol
@@ -60,9 +64,12 @@ def _sim_app(
     key: dict[str, tuple[str, str]],
     log: TextIO | None,
     plans: EvalgateSimPlans | None = None,
+    answers: str | os.PathLike[str] | None = None,
 ) -> EvalgateSimApp:
     tooler = evalgate_sim_tool_answerer(config, key, plans or {})
-    return EvalgateSimApp(config, evalgate_sim_answerer(config, key), log, tooler)
+    app = EvalgateSimApp(config, evalgate_sim_answerer(config, key), log, tooler)
+    app.choice_plans = {} if answers is None else evalgate_load_choice_plans(answers)
+    return app
 
 
 # --------------------------------------------------------------------------- in a thread
@@ -121,7 +128,7 @@ class EvalgateSimServer:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         log = _sim_open_log(self._log_path)
         plans = {} if self._answers is None else evalgate_load_tool_plans(self._answers)
-        self._app = _sim_app(self.config, key, log, plans)
+        self._app = _sim_app(self.config, key, log, plans, self._answers)
         try:
             await _sim_listen(self._app, self._want_port, self._on_ready, self._stop)
         finally:
@@ -204,7 +211,7 @@ def evalgate_sim_serve(
     log = _sim_log_for_serving(request_log)
     try:
         plans = {} if answers is None else evalgate_load_tool_plans(answers)
-        app = _sim_app(config, key, log, plans)
+        app = _sim_app(config, key, log, plans, answers)
         asyncio.run(_sim_main(app, port, parent_pid, on_ready))
     finally:
         if log is not None:

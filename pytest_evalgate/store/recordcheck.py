@@ -68,6 +68,7 @@ def evalgate_record_problem(record: Mapping[str, object]) -> str | None:
         or _sandbox(record)
         or _source(record)
         or _dialogue(record)
+        or _choice(record)
     )
     return None if problem is None else f"malformed record: {problem}"
 
@@ -211,6 +212,34 @@ def _dialogue(record: Mapping[str, object]) -> str | None:
         and isinstance(facts.get("state"), dict)
     )
     return None if ok else "dialogue must hold kind, transcript, steps, calls, invalid, end, state"
+
+
+def _choice(record: Mapping[str, object]) -> str | None:
+    if "choice" not in record:
+        return None
+    facts = record["choice"]
+    if not isinstance(facts, dict) or facts.get("method") not in ("loglikelihood", "generate"):
+        return "choice must hold its method (loglikelihood or generate)"
+    choices = facts.get("choices")
+    if not isinstance(choices, list) or not all(_is_choice(c) for c in choices):
+        return "choice.choices must be a list of {loglikelihood, tokens, greedy}"
+    count = facts.get("count")
+    if not _is_int(count) or count < 0:
+        return "choice.count must be the number of choices"
+    for key in ("target", "acc", "acc_norm"):
+        pick = facts.get(key)
+        if pick is not None and not (_is_int(pick) and 0 <= pick < count):
+            return f"choice.{key} must be an index of the {count} choices, or null"
+    return None
+
+
+def _is_choice(choice: object) -> bool:
+    return (
+        isinstance(choice, dict)
+        and _is_number(choice.get("loglikelihood"))
+        and _is_count(choice.get("tokens"))
+        and (choice.get("greedy") is None or isinstance(choice.get("greedy"), bool))
+    )
 
 
 _JUDGMENT_KEYS = frozenset({"dataset_revision", "case_id", "candidate", "repetition", "order"})

@@ -34,10 +34,14 @@ EVALGATE_SERVED_FIELDS = frozenset({"model", "system_fingerprint"})
 response reported, string or null. Every record written since issue 30 holds both (null when
 the endpoint sent none); records written before lack them and stay valid."""
 
-EVALGATE_OPTIONAL_FIELDS = frozenset({"sandbox", "source", "dialogue"}) | EVALGATE_SERVED_FIELDS
+EVALGATE_OPTIONAL_FIELDS = (
+    frozenset({"sandbox", "source", "dialogue", "choice"}) | EVALGATE_SERVED_FIELDS
+)
 """Members only some records (and outcomes) have: ``sandbox`` for ``scorer: code`` suites
 (``EvalgateSandboxFacts``), ``dialogue`` for conversations and tool loops (SPEC 17: the
-transcript, steps, tool calls, the loop's end and mock state; ``dialogue.loop``), ``source``
+transcript, steps, tool calls, the loop's end and mock state; ``dialogue.loop``), ``choice``
+for multiple choice by log-likelihood (SPEC 18: each choice's log-likelihood and token count,
+the ``acc`` and ``acc_norm`` picks, the target index; ``runner.choice``), ``source``
 for records imported from another harness
 (``EvalgateSource``, ``evalgate import``), and ``EVALGATE_SERVED_FIELDS``, which older records
 lack. Every other record holds exactly ``EVALGATE_RECORD_FIELDS``."""
@@ -200,6 +204,7 @@ class EvalgateRecord(TypedDict):
     system_fingerprint: NotRequired[str | None]
     source: NotRequired[EvalgateSource]
     dialogue: NotRequired[dict[str, Any]]
+    choice: NotRequired[dict[str, Any]]
 
 
 class EvalgateOutcome(TypedDict):
@@ -218,6 +223,7 @@ class EvalgateOutcome(TypedDict):
     model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
     dialogue: NotRequired[dict[str, Any]]
+    choice: NotRequired[dict[str, Any]]
 
 
 class EvalgateStandIn(TypedDict):
@@ -272,6 +278,8 @@ def evalgate_record_line(
     optional: dict[str, Any] = {} if sandbox is None else {"sandbox": _sandbox_fields(sandbox)}
     if "dialogue" in outcome:
         optional["dialogue"] = outcome["dialogue"]
+    if "choice" in outcome:
+        optional["choice"] = outcome["choice"]
     return evalgate_seal_line(
         {
             "identity": identity.evalgate_fields(),
