@@ -162,8 +162,8 @@ Every key is refused when unknown, and every refusal names the file, the key and
 _ROWS_HEAD = """## Dataset rows (`dataset.path`, JSON Lines)
 
 One JSON object per line. `id` and `category` are required; `target` too, except in `turns`
-and `expect` rows; exactly one of `input`, `messages` or `turns` (`choices` goes with `input`). Any other key is refused,
-naming the file, the line and the key.
+and `expect` rows; exactly one of `input`, `messages` or `turns` (`choices` goes with `input`).
+Any other key is refused, naming the file, the line and the key.
 
 | field | meaning |
 |---|---|
