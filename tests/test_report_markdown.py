@@ -307,3 +307,26 @@ def test_case_text_only_from_the_context() -> None:
     assert "Case text (shown because --evalgate-report-text asked for it):" in text
     row = next(line for line in text.splitlines() if line.startswith("| `alpha-003` | What"))
     assert "| 6 | five \\| xxx" in row and row.endswith("x... | 6 |")  # cut at 200 characters
+
+
+def test_the_capacity_sweep_is_shown_when_the_load_window_was_not_judged() -> None:
+    decision = sample_decision()
+    decision["perf"] = {}  # the window at perf.rate did not count: no latency samples
+    step = {
+        "requested_rate": 20.0, "achieved_rate": {"candidate": 20.0, "baseline": 19.5},
+        "ttft_p95_s": {"candidate": 1.489, "baseline": 0.2}, "tpot_p95_s": {"candidate": 0.01},
+        "errored": {"candidate": 2}, "counts": {"candidate": True, "baseline": True},
+    }  # fmt: skip
+    decision["perf_phase"] = {
+        "reason": "NOT JUDGED: load generator could not keep up",
+        "sweep": [step],
+        "max_rate_at_slo": [{"slo": {"ttft_p95_s": 0.5, "tpot_p95_s": 0.05},
+                             "rates": {"candidate": 10.0, "baseline": 20.0}}],
+    }  # fmt: skip
+    text = evalgate_markdown(decision)  # type: ignore[arg-type]
+    assert "Load phase: NOT JUDGED: load generator could not keep up" in text
+    assert "### Capacity sweep (open loop, both models over the same windows)" in text
+    assert "tpot p95 <= 0.05 s): baseline 20/s, candidate 10/s." in text
+    assert "| 20/s | candidate | 20.00/s |" in text
+    del decision["perf_phase"]["sweep"]
+    assert "## Latency" not in evalgate_markdown(decision)  # type: ignore[arg-type]

@@ -161,9 +161,15 @@ def _perf(decision: EvalgateDecision) -> list[str]:
         [metric, side, figures["n"], *_latency_cells(figures)]
         for metric, side, figures in evalgate_latency_rows(decision)
     ]
-    if not rows:
-        return []
     phase = decision.get("perf_phase")
+    if not rows:
+        # a load window that was not judged (the load generator could not keep up) leaves no
+        # latency rows; the capacity sweep's own steps are still what the gate decided on
+        sweep = _sweep(phase)
+        if not sweep:
+            return []
+        reason = evalgate_md_cell((phase or {}).get("reason", ""))
+        return ["## Latency", "", f"Load phase: {reason}", *sweep]
     lines = ["## Latency", "", f"From {evalgate_md_cell(evalgate_latency_source(decision))}.", ""]
     chunks = evalgate_chunk_counted_note(decision)
     if chunks:
