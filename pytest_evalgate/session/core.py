@@ -95,6 +95,7 @@ class EvalgatePlugin:
         self.progress_line: EvalgateProgressLine | None = None
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
+        self.collection_error: pytest.UsageError | None = None  # raised again at its finish
 
     # -- collection -------------------------------------------------------------------------
 
@@ -154,7 +155,18 @@ class EvalgatePlugin:
                 items.clear()
                 stop = self.worker_stop or EvalgateWorkerStop(message=str(exc), returncode=4)
                 evalgate_tell_stop(config, stop)
+            else:
+                self.collection_error = exc
             raise
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # pytest calls this hook even when collection raised (its ``finally``), and the terminal
+        # reporter's then printed "collected 0 items" above the configuration error (issue 37).
+        # Raised again before it, the error is the only thing said. Not in an xdist worker,
+        # which must report its (empty) collection to the controller from this hook.
+        if self.collection_error is not None:
+            raise self.collection_error
 
     def _modify_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if self.config_errors:

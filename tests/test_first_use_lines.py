@@ -1,0 +1,39 @@
+"""What a new user reads in the terminal (issue 37, Reports): a configuration error without a
+"collected 0 items" line above it, a resumed run that says how many results it reused, and a
+no_regression row whose alpha reads as the test's level, not as a threshold to pass. Real
+``pytest --evalgate`` runs (pytester, in-process) against simulated candidates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from suitekit import make_cases, write_suite
+
+pytestmark = pytest.mark.slow
+
+URLS = {
+    "candidate": "simulated://?accuracy=1.0&seed=5",
+    "baseline": "simulated://?accuracy=1.0&seed=6",
+}
+
+
+def _suite(folder: Path, **kwargs: object) -> Path:
+    return write_suite(folder, URLS, cases=make_cases(["alpha", "beta"], 4), **kwargs)  # type: ignore[arg-type]
+
+
+def _run(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    return pytester.runpytest(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "--evalgate-store=store", *extra
+    )
+
+
+def test_a_configuration_error_is_not_under_a_collected_0_items_line(
+    pytester: pytest.Pytester,
+) -> None:
+    path = _suite(pytester.path / "suite")
+    path.write_text(path.read_text().replace("repetitions: 1", "repetitions: 0"))
+    result = _run(pytester)
+    assert result.ret == 4
+    assert "collected 0 items" not in result.stdout.str()
+    result.stderr.fnmatch_lines(["ERROR: */suite/evalgate.yaml: repetitions: *"])
