@@ -37,3 +37,26 @@ def test_a_configuration_error_is_not_under_a_collected_0_items_line(
     assert result.ret == 4
     assert "collected 0 items" not in result.stdout.str()
     result.stderr.fnmatch_lines(["ERROR: */suite/evalgate.yaml: repetitions: *"])
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_resumed_run_says_how_many_results_it_reused(
+    pytester: pytest.Pytester, xdist: list[str]
+) -> None:
+    _suite(pytester.path / "suite")
+    first = _run(pytester, *xdist)
+    assert first.ret == 0, first.stdout.str()
+    assert "from the store" not in first.stdout.str()  # nothing was stored before
+    again = _run(pytester, *xdist)
+    assert again.ret == 0, again.stdout.str()
+    again.stdout.fnmatch_lines(["reused 16 results from the store, requested 0"])
+
+
+def test_a_partly_resumed_run_counts_what_it_reused_and_requested(
+    pytester: pytest.Pytester,
+) -> None:
+    _suite(pytester.path / "suite")
+    first = _run(pytester, "--evalgate-candidate=baseline")
+    assert "from the store" not in first.stdout.str()
+    again = _run(pytester)
+    again.stdout.fnmatch_lines(["reused 8 results from the store, requested 8"])

@@ -47,7 +47,7 @@ from pytest_evalgate.session.options import (
 from pytest_evalgate.session.preload import evalgate_preload_gate
 from pytest_evalgate.session.prepare import EvalgateChosen, evalgate_selection
 from pytest_evalgate.session.progress import EvalgateProgressLine
-from pytest_evalgate.session.running import EvalgateRunning
+from pytest_evalgate.session.running import EvalgateReuse, EvalgateRunning
 from pytest_evalgate.session.select import EvalgateSelector, evalgate_deselect
 from pytest_evalgate.session.suite import EvalgateSuite, evalgate_load_suite
 from pytest_evalgate.session.usage import evalgate_usage_errors
@@ -96,6 +96,7 @@ class EvalgatePlugin:
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
         self.collection_error: pytest.UsageError | None = None  # raised again at its finish
+        self.worker_reuse = EvalgateReuse()  # xdist controller: what its workers reused
 
     # -- collection -------------------------------------------------------------------------
 
@@ -236,7 +237,8 @@ class EvalgatePlugin:
             gc.freeze()
         self.selection = evalgate_selection(self.selection, items)
         if self.options.worker:
-            evalgate_tell_selection(self.config, self.selection)
+            reuse = self.running.reuse
+            evalgate_tell_selection(self.config, self.selection, (reuse.reused, reuse.requested))
         elif self._gates():
             self._gate(session)
         elif self.topology.shard is not None and self.topology.shard_index == 0:
@@ -304,6 +306,8 @@ class EvalgatePlugin:
             self.worker_stops.append(report.stop)  # every worker reports the same manifest's
         if report.crashed is not None:
             self.crashed.append(report.crashed)
+        self.worker_reuse.reused += report.reused[0]
+        self.worker_reuse.requested += report.reused[1]
         for path, entry in report.selection.items():
             self.selection.setdefault(path, entry)
 
@@ -368,10 +372,13 @@ class EvalgatePlugin:
             reporter.write_line(line)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.summary:
+        reuse = self.worker_reuse if self._controller() else self.running.reuse
+        reused = reuse.evalgate_line()  # a resumed run says so (issue 37)
+        lines = [*([reused] if reused else []), *self.summary]
+        if not lines:
             return
         terminalreporter.write_sep("=", "evalgate")
-        for line in self.summary:
+        for line in lines:
             terminalreporter.write_line(line)
 
 

@@ -13,6 +13,7 @@ import gc
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -50,6 +51,21 @@ if TYPE_CHECKING:  # judged suites only: imported when one runs (judging.py)
     from pytest_evalgate.runner.judging import EvalgateJudgeStage
 
 
+@dataclass
+class EvalgateReuse:
+    """Of the items this process ran: how many took a result committed before (``reused``,
+    not asked again) and how many waited for a request (``requested``)."""
+
+    reused: int = 0
+    requested: int = 0
+
+    def evalgate_line(self) -> str | None:
+        """The terminal's line of a resumed run; None when nothing was reused."""
+        if not self.reused:
+            return None
+        return f"reused {self.reused} results from the store, requested {self.requested}"
+
+
 class EvalgateRunning:
     """The session's requests and what answered them (see the module docstring)."""
 
@@ -80,6 +96,7 @@ class EvalgateRunning:
         # early start's suite, and an xdist worker's suites at the end of its collection
         self.ready_runs: dict[str, EvalgateSuiteRun] = {}
         self.tool_services: list[EvalgateToolServices] = []  # started for tool suites
+        self.reuse = EvalgateReuse()  # the items' results found in the store, and not
 
     @property
     def store_failure(self) -> tuple[str, int] | None:
@@ -206,9 +223,11 @@ class EvalgateRunning:
         key = item.evalgate_key
         stored = self.stored.get(key)
         if stored is not None:
+            self.reuse.reused += 0 if self._options.aggregate_only else 1
             return self._judged(item, stored)
         if self._options.aggregate_only or self.runner is None:
             return _missing()
+        self.reuse.requested += 1
         record = self.runner.evalgate_wait(self.works[key])
         return self._judged(item, record)
 

@@ -46,6 +46,7 @@ class EvalgateNodeReport:
     stop: EvalgateWorkerStop | None
     crashed: str | None
     selection: Mapping[str, EvalgateChosen]
+    reused: tuple[int, int] = (0, 0)  # its items' results found in the store, and not
 
 
 def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
@@ -53,9 +54,13 @@ def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
     config.workeroutput[_WORKER_STOP] = stop  # type: ignore[attr-defined]
 
 
-def evalgate_tell_selection(config: pytest.Config, selection: Mapping[str, EvalgateChosen]) -> None:
-    """In a worker: tell the controller what it ran."""
-    config.workeroutput[_WORKER_OUTPUT] = {"selection": selection}  # type: ignore[attr-defined]
+def evalgate_tell_selection(
+    config: pytest.Config, selection: Mapping[str, EvalgateChosen], reused: tuple[int, int]
+) -> None:
+    """In a worker: tell the controller what it ran, and how many of its items' results it
+    found in the store (``reused``, ``requested``)."""
+    output = {"selection": selection, "reused": list(reused)}
+    config.workeroutput[_WORKER_OUTPUT] = output  # type: ignore[attr-defined]
 
 
 def evalgate_node_report(node: EvalgateWorkerNode) -> EvalgateNodeReport:
@@ -65,7 +70,8 @@ def evalgate_node_report(node: EvalgateWorkerNode) -> EvalgateNodeReport:
     output = workeroutput.get(_WORKER_OUTPUT)
     if output is None:
         return EvalgateNodeReport(stop, str(getattr(node.gateway, "id", "worker")), {})
-    return EvalgateNodeReport(stop, None, output["selection"])
+    reused, requested = output.get("reused", (0, 0))
+    return EvalgateNodeReport(stop, None, output["selection"], (int(reused), int(requested)))
 
 
 def evalgate_stop_for_workers(stops: Sequence[EvalgateWorkerStop]) -> None:
