@@ -5,6 +5,7 @@ no_regression row whose alpha reads as the test's level, not as a threshold to p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,22 @@ def test_a_partly_resumed_run_counts_what_it_reused_and_requested(
     assert "from the store" not in first.stdout.str()
     again = _run(pytester)
     again.stdout.fnmatch_lines(["reused 8 results from the store, requested 8"])
+
+
+def test_no_regression_shows_its_alpha_as_the_test_level(pytester: pytest.Pytester) -> None:
+    policy = {
+        "version": "v1",
+        "confidence": 0.95,
+        "bootstrap": {"resamples": 200, "seed": 0},
+        "rules": [{"slice": "all", "rule": "no_regression"}],
+    }
+    _suite(pytester.path / "suite", policy=policy)
+    result = _run(pytester)
+    lines = [line for line in result.stdout.lines if line.startswith("no_regression[all]")]
+    assert len(lines) == 1, result.stdout.str()
+    assert re.fullmatch(
+        r"no_regression\[all\] +[+-]\d\.\d{4} +\[[+-]\d\.\d{4}, [+-]\d\.\d{4}\] +"
+        r"α = 0\.05 \(test level\)  (pass|FAIL): .*adjusted p .*",
+        lines[0],
+    ), lines[0]
+    assert "+0.0500" not in lines[0]
