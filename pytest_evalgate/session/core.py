@@ -237,8 +237,9 @@ class EvalgatePlugin:
             gc.freeze()
         self.selection = evalgate_selection(self.selection, items)
         if self.options.worker:
-            reuse = self.running.reuse
-            evalgate_tell_selection(self.config, self.selection, (reuse.reused, reuse.requested))
+            reuse, defects = self.running.reuse, self.running.defects.evalgate_json()
+            counts = (reuse.reused, reuse.requested)
+            evalgate_tell_selection(self.config, self.selection, counts, defects)
         elif self._gates():
             self._gate(session)
         elif self.topology.shard is not None and self.topology.shard_index == 0:
@@ -308,6 +309,7 @@ class EvalgatePlugin:
             self.crashed.append(report.crashed)
         self.worker_reuse.reused += report.reused[0]
         self.worker_reuse.requested += report.reused[1]
+        self.running.defects.evalgate_merge(report.defects)
         for path, entry in report.selection.items():
             self.selection.setdefault(path, entry)
 
@@ -374,7 +376,8 @@ class EvalgatePlugin:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         reuse = self.worker_reuse if self._controller() else self.running.reuse
         reused = reuse.evalgate_line()  # a resumed run says so (issue 37)
-        lines = [*([reused] if reused else []), *self.summary]
+        defects = self.running.defects.evalgate_lines()  # permanent per-case errors
+        lines = [*([reused] if reused else []), *self.summary, *defects]
         if not lines:
             return
         terminalreporter.write_sep("=", "evalgate")

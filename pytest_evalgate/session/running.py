@@ -30,6 +30,7 @@ from pytest_evalgate.runner.parent import (
     EvalgateWork,
 )
 from pytest_evalgate.runner.spawn import evalgate_discard_prespawned
+from pytest_evalgate.session.defects import EvalgateDefects
 from pytest_evalgate.session.gcpause import evalgate_resume_gc
 from pytest_evalgate.session.launch import evalgate_make_runner
 from pytest_evalgate.session.options import EvalgateOptions
@@ -97,6 +98,7 @@ class EvalgateRunning:
         self.ready_runs: dict[str, EvalgateSuiteRun] = {}
         self.tool_services: list[EvalgateToolServices] = []  # started for tool suites
         self.reuse = EvalgateReuse()  # the items' results found in the store, and not
+        self.defects = EvalgateDefects()  # cases whose error comes back on every run
 
     @property
     def store_failure(self) -> tuple[str, int] | None:
@@ -224,11 +226,13 @@ class EvalgateRunning:
         stored = self.stored.get(key)
         if stored is not None:
             self.reuse.reused += 0 if self._options.aggregate_only else 1
+            self.defects.evalgate_note(item.case.case_id, item.candidate, stored)
             return self._judged(item, stored)
         if self._options.aggregate_only or self.runner is None:
             return _missing()
         self.reuse.requested += 1
         record = self.runner.evalgate_wait(self.works[key])
+        self.defects.evalgate_note(item.case.case_id, item.candidate, record)
         return self._judged(item, record)
 
     def evalgate_stop(self) -> None:

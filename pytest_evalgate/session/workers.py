@@ -9,8 +9,8 @@ neither crashed: the controller gives no verdict for it (fail closed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypedDict
 
 import pytest
 
@@ -47,6 +47,7 @@ class EvalgateNodeReport:
     crashed: str | None
     selection: Mapping[str, EvalgateChosen]
     reused: tuple[int, int] = (0, 0)  # its items' results found in the store, and not
+    defects: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # session.defects
 
 
 def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
@@ -55,11 +56,14 @@ def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
 
 
 def evalgate_tell_selection(
-    config: pytest.Config, selection: Mapping[str, EvalgateChosen], reused: tuple[int, int]
+    config: pytest.Config,
+    selection: Mapping[str, EvalgateChosen],
+    reused: tuple[int, int],
+    defects: Mapping[str, Mapping[str, Any]],
 ) -> None:
-    """In a worker: tell the controller what it ran, and how many of its items' results it
-    found in the store (``reused``, ``requested``)."""
-    output = {"selection": selection, "reused": list(reused)}
+    """In a worker: tell the controller what it ran, how many of its items' results it found
+    in the store (``reused``, ``requested``) and its suite defects (``session.defects``)."""
+    output = {"selection": selection, "reused": list(reused), "defects": dict(defects)}
     config.workeroutput[_WORKER_OUTPUT] = output  # type: ignore[attr-defined]
 
 
@@ -71,7 +75,8 @@ def evalgate_node_report(node: EvalgateWorkerNode) -> EvalgateNodeReport:
     if output is None:
         return EvalgateNodeReport(stop, str(getattr(node.gateway, "id", "worker")), {})
     reused, requested = output.get("reused", (0, 0))
-    return EvalgateNodeReport(stop, None, output["selection"], (int(reused), int(requested)))
+    counts = (int(reused), int(requested))
+    return EvalgateNodeReport(stop, None, output["selection"], counts, output.get("defects", {}))
 
 
 def evalgate_stop_for_workers(stops: Sequence[EvalgateWorkerStop]) -> None:
