@@ -5,7 +5,9 @@ names the request: longer than the context, a parameter of that case) fails the 
 every run, and kept the verdict ``incomplete`` forever with nothing said. ``EvalgateDefects``
 notes each item's record as the item takes it and gives the terminal one line per such case:
 the candidates it failed for, the error and the change, down to the ``dataset.exclude`` entry
-that leaves it out (``manifest.exclude``). Builtins only cross xdist's ``workeroutput``.
+that leaves it out (``manifest.exclude``). So is a case the judge answered out of format
+(``judge_unparseable``) on two runs in a row at temperature 0: the judging stage compares the
+stored judgment's error with the new one. Builtins only cross xdist's ``workeroutput``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ class EvalgateDefects:
         if candidate not in entry["candidates"]:
             entry["candidates"].append(candidate)
 
+    def evalgate_note_judge(self, repeated: Mapping[str, list[str]]) -> None:
+        """Note the judging stage's repeats: case id -> candidates whose judgment was
+        ``judge_unparseable`` again, at temperature 0 (``runner.judging``)."""
+        for case_id, candidates in repeated.items():
+            entry = {"kind": "judge", "candidates": list(candidates)}
+            self.evalgate_merge({case_id: entry})
+
     def evalgate_json(self) -> EvalgateDefectsJSON:
         """As builtins, for ``workeroutput``."""
         return {case_id: dict(entry) for case_id, entry in self._cases.items()}
@@ -58,11 +67,18 @@ class EvalgateDefects:
 
 def _line(case_id: str, entry: Mapping[str, Any]) -> str:
     candidates = ", ".join(sorted(entry["candidates"]))
+    exclude = f"dataset.exclude: [{{case: {case_id}, reason: ...}}]"
+    if entry.get("kind") == "judge":
+        return (
+            f"suite defect: case {case_id} ({candidates}): the judge answered it out of format on"
+            " two runs in a row at temperature 0 (judge_unparseable); change the rubric or the"
+            f" judge's max_tokens, or leave it out with {exclude}"
+        )
     message = " ".join(str(entry["message"]).split())
     if len(message) > 200:
         message = message[:200] + "..."
     return (
         f"suite defect: case {case_id} ({candidates}): the endpoint refuses its request on every"
         f" run (bad_request, {message}); shorten or split the case, or"
-        f" leave it out with dataset.exclude: [{{case: {case_id}, reason: ...}}]"
+        f" leave it out with {exclude}"
     )

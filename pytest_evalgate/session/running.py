@@ -307,6 +307,7 @@ class EvalgateRunning:
         try:
             if self.judging is not None:
                 self.judging.evalgate_close()
+                self.defects.evalgate_note_judge(self.judging.progress.repeated)
         finally:
             if self.judge_endpoints is not None:
                 self.judge_endpoints.evalgate_close()
