@@ -143,6 +143,14 @@ def test_every_rule_row_has_its_numbers() -> None:
         assert rule["reason"] in row
 
 
+def test_excluded_cases_are_listed_with_their_reasons() -> None:
+    decision = sample_decision()
+    assert "data-excluded" not in evalgate_html(decision)
+    decision["exclusions"] = [{"case": "alpha-009", "reason": "longer than <the> context"}]
+    row = _text(_parse(evalgate_html(decision)), "data-excluded", "alpha-009")
+    assert "alpha-009" in row and "longer than <the> context" in row, row
+
+
 def test_every_slice_row_expands_to_its_flipped_ids() -> None:
     decision = sample_decision()
     text = evalgate_html(decision)

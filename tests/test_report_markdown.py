@@ -164,6 +164,15 @@ def test_no_regression_rows_show_alpha_as_the_test_level() -> None:
     assert "| α = 0.05 (test level) |" in evalgate_markdown(decision)
 
 
+def test_excluded_cases_are_listed_with_their_reasons() -> None:
+    decision = sample_decision()
+    assert "Excluded cases" not in evalgate_markdown(decision)  # none: no section
+    decision["exclusions"] = [{"case": "alpha-009", "reason": "longer than the context | 2k"}]
+    text = evalgate_markdown(decision)
+    assert "## Excluded cases (`dataset.exclude`)" in text
+    assert "| `alpha-009` | longer than the context \\| 2k |" in text
+
+
 def test_a_slice_without_paired_numbers_says_so() -> None:
     decision = sample_decision()
     decision["rules"] = [rule for rule in decision["rules"] if rule["slice"] != "beta"]
