@@ -59,8 +59,9 @@ def _evaluator(**changes: Any) -> spec.EvalgateJudgedEvaluator:
     return dataclasses.replace(base, **changes)
 
 
-def _candidate(name: str, model: str, **pins: Any) -> EvalgateCandidate:
-    return EvalgateCandidate(name, model, ("http://127.0.0.1:1/v1",), None, pins, f"{name}-x")
+def _candidate(name: str, model: str, *urls: str, **pins: Any) -> EvalgateCandidate:
+    served = urls or ("http://127.0.0.1:1/v1",)
+    return EvalgateCandidate(name, model, tuple(served), None, pins, f"{name}-x")
 
 
 # --------------------------------------------------------------------------- the judge: block
@@ -323,6 +324,63 @@ def test_a_judge_sharing_a_candidates_family_or_training_run_is_refused(
     )
     assert (error.source, error.key) == (SOURCE, f"judge.pins.{pin}")
     assert repr(value) in error.reason and "'candidate'" in error.reason
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://judge.eval-llm.svc:8000/v1",
+        "HTTP://Judge.Eval-LLM.svc:8000/v1/",
+        "http://judge.eval-llm.svc:8000/v1//",
+    ],
+)
+def test_a_judge_on_a_candidates_base_url_is_refused(url: str) -> None:
+    # The same server under another model name is the model under test grading itself.
+    candidates = {"candidate": _candidate("candidate", "app-r17", "http://10.0.0.1/v1", url)}
+    error = _config_error(
+        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+    )
+    assert (error.source, error.key) == (SOURCE, "judge.base_url")
+    assert "'candidate'" in error.reason and "http://judge.eval-llm.svc:8000/v1" in error.reason
+
+
+@pytest.mark.parametrize(
+    ("judge_url", "candidate_url"),
+    [
+        ("http://judge.svc/v1", "http://judge.svc:80/v1"),
+        ("https://judge.svc:443/v1/", "https://JUDGE.svc/v1"),
+    ],
+)
+def test_a_default_port_is_the_same_base_url(judge_url: str, candidate_url: str) -> None:
+    candidates = {"candidate": _candidate("candidate", "app-r17", candidate_url)}
+    error = _config_error(
+        lambda: spec.evalgate_refuse_judge_candidates(
+            SOURCE, _judge(base_url=judge_url), candidates
+        )
+    )
+    assert error.key == "judge.base_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://judge.eval-llm.svc:8001/v1",  # another port
+        "https://judge.eval-llm.svc:8000/v1",  # another scheme
+        "http://judge.eval-llm.svc:8000/v2",  # another path
+    ],
+)
+def test_a_judge_on_another_base_url_passes(url: str) -> None:
+    candidates = {"candidate": _candidate("candidate", "app-r17", url)}
+    spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+
+
+def test_a_judge_on_a_candidates_weights_digest_is_refused() -> None:
+    candidates = {"candidate": _candidate("candidate", "app-r17", weights_digest="sha256:abc")}
+    error = _config_error(
+        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+    )
+    assert (error.source, error.key) == (SOURCE, "judge.pins.weights_digest")
+    assert "'sha256:abc'" in error.reason and "'candidate'" in error.reason
 
 
 def test_unrelated_candidates_and_missing_pins_pass() -> None:

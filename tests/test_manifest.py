@@ -88,6 +88,16 @@ def test_judge_equal_to_a_candidate(tmp_path: Path) -> None:
     assert error.key == "judge.model" and "is the model under test" in error.reason
 
 
+def test_judge_on_a_candidates_base_url(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        candidates__candidate__base_url="http://127.0.0.1:8000/v1",
+        judge={"model": "judge-x", "base_url": "HTTP://127.0.0.1:8000/v1/", "revision": "j1"},
+    )
+    error = _refused(path)
+    assert error.key == "judge.base_url" and "'candidate'" in error.reason
+
+
 def test_dataset_digest_differs_from_the_pin(tmp_path: Path) -> None:
     path = _write(tmp_path)
     with (path.parent / "cases.jsonl").open("a") as handle:

@@ -32,7 +32,12 @@ from pytest_evalgate.report import (
     evalgate_html,
     evalgate_write_report,
 )
-from pytest_evalgate.report.facts import evalgate_interval, evalgate_num, evalgate_rate
+from pytest_evalgate.report.facts import (
+    evalgate_interval,
+    evalgate_num,
+    evalgate_rate,
+    evalgate_threshold_text,
+)
 
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
          "track", "wbr"}  # fmt: skip
@@ -127,11 +132,23 @@ def test_every_rule_row_has_its_numbers() -> None:
     for rule in decision["rules"]:
         row = _text(page, "data-rule", rule["name"])
         assert rule["name"] in row
-        for key in ("estimate", "threshold"):
-            assert evalgate_num(rule[key]) in row, (rule["name"], key)
+        assert evalgate_num(rule["estimate"]) in row, rule["name"]
+        if rule["rule"] == "no_regression":  # its alpha is the test's level, not a threshold
+            assert f"α = {rule['threshold']:.4g} (test level)" in row, row
+            assert evalgate_num(rule["threshold"]) not in row, row
+        else:
+            assert evalgate_num(rule["threshold"]) in row, (rule["name"], row)
         assert evalgate_interval(rule["lo"], rule["hi"]) in row
         assert ("FAIL" if not rule["passed"] else "pass") in row
         assert rule["reason"] in row
+
+
+def test_excluded_cases_are_listed_with_their_reasons() -> None:
+    decision = sample_decision()
+    assert "data-excluded" not in evalgate_html(decision)
+    decision["exclusions"] = [{"case": "alpha-009", "reason": "longer than <the> context"}]
+    row = _text(_parse(evalgate_html(decision)), "data-excluded", "alpha-009")
+    assert "alpha-009" in row and "longer than <the> context" in row, row
 
 
 def test_every_slice_row_expands_to_its_flipped_ids() -> None:
@@ -307,7 +324,7 @@ def test_the_rendered_dom_shows_every_rule_and_slice_of_the_decision(
                           page.as_uri()))  # fmt: skip
     for rule in decision["rules"]:
         row = _text(dom, "data-rule", rule["name"])
-        numbers = [evalgate_num(rule["estimate"]), evalgate_num(rule["threshold"]),
+        numbers = [evalgate_num(rule["estimate"]), evalgate_threshold_text(rule),
                    evalgate_interval(rule["lo"], rule["hi"])]  # fmt: skip
         assert all(number in row for number in numbers), (rule["name"], row)
     for name, entry in decision["slices"].items():

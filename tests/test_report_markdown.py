@@ -22,7 +22,12 @@ from pytest_evalgate.report import (
     evalgate_verdict_reason,
 )
 from pytest_evalgate.report.changes import evalgate_definition_changes, evalgate_pin_changes
-from pytest_evalgate.report.facts import evalgate_facts, evalgate_rate, evalgate_slice_rows
+from pytest_evalgate.report.facts import (
+    evalgate_facts,
+    evalgate_rate,
+    evalgate_rule_rows,
+    evalgate_slice_rows,
+)
 from pytest_evalgate.report.markdown import evalgate_md_cell
 
 GOLDEN = Path(__file__).parent / "data" / "report"
@@ -144,6 +149,28 @@ def test_slice_rows_carry_n_rates_delta_interval_threshold_and_result() -> None:
     beta = rows["beta"]  # must_improve is its paired rule; the floor does not give the delta
     assert (beta.delta, beta.threshold, beta.result) == ("+0.0500", "+0.0000", "pass")
     assert rows["all"].fixed == ("alpha-003", "beta-001")
+
+
+def test_no_regression_rows_show_alpha_as_the_test_level() -> None:
+    # issue 37: "+0.0500" in the threshold column read as the bar the delta had to pass
+    decision = sample_decision()
+    rows = {row.name: row for row in evalgate_rule_rows(decision)}
+    assert rows["no_regression[alpha]"].threshold == "α = 0.05 (test level)"
+    assert rows["non_inferior[alpha]"].threshold == "-0.1500"
+    only = copy.deepcopy(decision)
+    only["rules"] = [rule for rule in only["rules"] if rule["rule"] == "no_regression"]
+    slices = {row.name: row for row in evalgate_slice_rows(only)}
+    assert slices["alpha"].threshold == "α = 0.05 (test level)"
+    assert "| α = 0.05 (test level) |" in evalgate_markdown(decision)
+
+
+def test_excluded_cases_are_listed_with_their_reasons() -> None:
+    decision = sample_decision()
+    assert "Excluded cases" not in evalgate_markdown(decision)  # none: no section
+    decision["exclusions"] = [{"case": "alpha-009", "reason": "longer than the context | 2k"}]
+    text = evalgate_markdown(decision)
+    assert "## Excluded cases (`dataset.exclude`)" in text
+    assert "| `alpha-009` | longer than the context \\| 2k |" in text
 
 
 def test_a_slice_without_paired_numbers_says_so() -> None:

@@ -53,7 +53,10 @@ def evalgate_suite_problem(
 
 def evalgate_suite_check(manifest: EvalgateManifest, candidate: str) -> EvalgateRecordCheck:
     """The check of every record read for ``candidate`` of ``manifest`` (see the module)."""
-    cases = {case.case_id: (case.category, case.cluster) for case in manifest.cases}
+    # An excluded case's records (stored before it was excluded) are the suite's still: valid,
+    # outside the selection, so neither counted nor a problem.
+    every = (*manifest.cases, *manifest.excluded_cases)
+    cases = {case.case_id: (case.category, case.cluster) for case in every}
     repetitions = manifest.repetitions
 
     def check(record: Mapping[str, Any]) -> str | None:

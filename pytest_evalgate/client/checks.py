@@ -146,6 +146,12 @@ def evalgate_bad_request_fatal(status: int, detail: str) -> bool:
     return not _NAMES_REQUEST.search(detail) and bool(_NAMES_CONFIG.search(detail))
 
 
+def evalgate_names_request(detail: str) -> bool:
+    """Whether a 400's ``detail`` names the request itself (the prompt is longer than the
+    context, a parameter of this case): the same request is refused on every run."""
+    return bool(_NAMES_REQUEST.search(detail))
+
+
 class EvalgateBadRequests:
     """Per stop channel (one candidate): ``bad_request`` errors since its last answer, the
     ``EVALGATE_BAD_REQUEST_REPEATS``-th in a row stops the channel; and a call whose every

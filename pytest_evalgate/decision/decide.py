@@ -164,6 +164,8 @@ def evalgate_decide(
     sources = evalgate_sources_record(aggregate)
     if sources is not None:  # imported results (evalgate import): which harness files
         decision["sources"] = sources
+    if manifest.exclusions:  # dataset.exclude: which cases were left out, and why (signed)
+        decision["exclusions"] = [exclusion.evalgate_json() for exclusion in manifest.exclusions]
     # The load phase's and the judge's blocks are built by their stages as builtins; the
     # record's types name the keys the reports read of them.
     phase = None if perf is None else perf.to_dict(include_samples=False)
@@ -180,10 +182,18 @@ def evalgate_decide(
         notes = (evalgate_contamination_note(aggregate.canary_identities), *notes)
     if sources is not None:
         notes = (*evalgate_sources_notes(sources), *notes)
+    if manifest.exclusions:
+        notes = (*notes, _exclusions_note(manifest))
     if judge is not None and aggregate.status == "incomplete" and judge.evalgate_note():
         notes = (*notes, str(judge.evalgate_note()))
     all_pass = gate is not None and gate.passed
     return EvalgateOutcome(decision, evalgate_exit_status(verdict, all_pass), written, notes)
+
+
+def _exclusions_note(manifest: EvalgateManifest) -> str:
+    count = len(manifest.exclusions)
+    shown = "; ".join(f"{e.case_id}: {e.reason}" for e in manifest.exclusions)
+    return f"excluded {count} case{'' if count == 1 else 's'} (dataset.exclude): {shown}"
 
 
 def _rates_at_slo(policy: EvalgateSuitePolicy, gate_input: Any) -> list[dict[str, Any]]:

@@ -16,9 +16,11 @@ Contracts
   Transport (base URL, key env var, budget), the golden set and ``allow_sampling`` stay out:
   moving the judge to another host or raising its concurrency keeps every judgment valid.
 - The refusals are pure functions that raise ``EvalgateConfigError`` naming the file and the
-  key (``judge.model``, ``judge.pins.family``, ``judge.pins.training_run``,
-  ``judge.temperature``, ``evaluator.rubric``, ``judge.golden``). ``evalgate_check_judge`` runs
-  them all, in that order, before any request.
+  key (``judge.model``, ``judge.base_url``, ``judge.pins.family``, ``judge.pins.training_run``,
+  ``judge.pins.weights_digest``, ``judge.temperature``, ``evaluator.rubric``, ``judge.golden``).
+  A judge served at a candidate's base URL (``evalgate_endpoint_key``: scheme and host case,
+  default port and trailing slashes do not count) is the model under test under another name.
+  ``evalgate_check_judge`` runs them all, in that order, before any request.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -203,6 +206,11 @@ class EvalgateJudgeCandidate(Protocol):
         """The candidate's pins (``family``, ``training_run``, ...)."""
         ...  # pragma: no cover
 
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """The candidate's endpoint base URLs."""
+        ...  # pragma: no cover
+
 
 # --------------------------------------------------------------------------- validation
 
@@ -343,19 +351,26 @@ def evalgate_refuse_sampling(source: str, judge: EvalgateJudge) -> None:
         raise EvalgateConfigError(source, "judge.temperature", reason)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_SHARED_PIN_WHY = {"weights_digest": "the same weights would grade themselves"}
+
+
 def evalgate_refuse_judge_candidates(
     source: str, judge: EvalgateJudge, candidates: Mapping[str, EvalgateJudgeCandidate]
 ) -> None:
-    """Refuse a judge that is a candidate's model or shares its ``family`` / ``training_run``.
+    """Refuse a judge that is a candidate's model, is served at one of its base URLs, or
+    shares its ``family`` / ``training_run`` / ``weights_digest``.
 
-    Model ids compare after stripping and case folding (``Judge-70B`` is ``judge-70b``); pins
-    compare exactly, and only when both sides have the pin.
+    Model ids compare after stripping and case folding (``Judge-70B`` is ``judge-70b``); HTTP
+    base URLs after normalising (``evalgate_endpoint_key``); pins compare exactly, and only
+    when both sides have the pin.
     """
     for name, candidate in sorted(candidates.items()):
         if _same_model(judge.model, candidate.model):
             reason = f"the judge is the model under test of candidate {name!r}"
             raise EvalgateConfigError(source, "judge.model", reason)
-        for pin in ("family", "training_run"):
+        _refuse_shared_url(source, judge, name, candidate)
+        for pin in ("family", "training_run", "weights_digest"):
             _refuse_shared_pin(source, judge, name, candidate, pin)
 
 
@@ -363,15 +378,46 @@ def _same_model(left: str, right: str) -> bool:
     return left.strip().casefold() == right.strip().casefold()
 
 
+def evalgate_endpoint_key(url: str) -> str | None:
+    """An HTTP(S) base URL as compared for sameness: scheme and host case-folded, the default
+    port dropped, trailing slashes stripped; None for a ``simulated://`` URL (each one starts
+    its own simulator) or what is no HTTP URL."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    shown_port = "" if port in (None, _DEFAULT_PORTS[scheme]) else f":{port}"
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}{shown_port}{parts.path.rstrip('/')}"
+
+
+def _refuse_shared_url(
+    source: str, judge: EvalgateJudge, name: str, candidate: EvalgateJudgeCandidate
+) -> None:
+    mine = evalgate_endpoint_key(judge.base_url)
+    if mine is None:
+        return
+    for url in candidate.base_urls:
+        if evalgate_endpoint_key(url) == mine:
+            reason = (
+                f"the judge is served at {mine}, a base URL of candidate {name!r}: the model "
+                "under test would grade itself"
+            )
+            raise EvalgateConfigError(source, "judge.base_url", reason)
+
+
 def _refuse_shared_pin(
     source: str, judge: EvalgateJudge, name: str, candidate: EvalgateJudgeCandidate, pin: str
 ) -> None:
     mine, theirs = judge.pins.get(pin), candidate.pins.get(pin)
     if mine is not None and theirs is not None and mine == theirs:
-        reason = (
-            f"the judge shares {pin} {mine!r} with candidate {name!r}: a judge never grades "
-            "its own family"
-        )
+        why = _SHARED_PIN_WHY.get(pin, "a judge never grades its own family")
+        reason = f"the judge shares {pin} {mine!r} with candidate {name!r}: {why}"
         raise EvalgateConfigError(source, f"judge.pins.{pin}", reason)
 
 

@@ -46,6 +46,7 @@ from pytest_evalgate.manifest.code import (
 )
 from pytest_evalgate.manifest.context import evalgate_check_context
 from pytest_evalgate.manifest.dataset import EvalgateCase, evalgate_read_cases
+from pytest_evalgate.manifest.exclude import EvalgateExclusion, evalgate_exclude
 from pytest_evalgate.manifest.judge import (
     EvalgateJudged,
     evalgate_definition_evaluator,
@@ -156,6 +157,10 @@ class EvalgateManifest:
     private: tuple[str, ...] = ()  # held-out categories; outside the digest, like tiers
     tools: EvalgateToolsSchema | None = None  # SPEC 17: the loop's limits
     fixture: EvalgateToolFixture | None = field(default=None, repr=False)  # its tools
+    # dataset.exclude: left out of ``cases``, recorded in the decision; their stored records
+    # still pass the suite check (aggregate.suitecheck)
+    exclusions: tuple[EvalgateExclusion, ...] = ()
+    excluded_cases: tuple[EvalgateCase, ...] = field(default=(), repr=False)
 
     def evalgate_case(self, case_id: str) -> EvalgateCase:
         """The case with this id (KeyError if unknown)."""
@@ -180,7 +185,10 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
     dataset_path = os.path.join(suite_dir, model.dataset.path)
     actual = _dataset_digest(path, dataset_path)
     _check_pin(path, model, actual)
-    cases = tuple(evalgate_read_cases(path, dataset_path, model))
+    excluded = evalgate_exclude(
+        path, tuple(evalgate_read_cases(path, dataset_path, model)), model.dataset.exclude
+    )
+    cases = excluded.kept
     fixture = evalgate_manifest_tools(path, suite_dir, model, cases)
     definition = {**_definition(model, actual), **evalgate_tools_definition(model, fixture)}
     candidates = _candidates(model)
@@ -218,6 +226,8 @@ def evalgate_load_manifest(path: str) -> EvalgateManifest:
         private=evalgate_private_categories(path, model.private, cases),
         tools=model.tools,
         fixture=fixture,
+        exclusions=excluded.exclusions,
+        excluded_cases=excluded.left_out,
     )
 
 

@@ -26,10 +26,18 @@ class _Strict(BaseModel):
     model_config = EVALGATE_STRICT_MODEL
 
 
+class EvalgateExclusionSchema(_Strict):
+    """One ``dataset.exclude`` entry: a case left out of the suite, and why."""
+
+    case: str
+    reason: str
+
+
 class _Dataset(_Strict):
     path: str
     revision: str
     sha256: str | None = None
+    exclude: list[EvalgateExclusionSchema] = Field(default_factory=list)
 
 
 class _Prompt(_Strict):

@@ -221,12 +221,17 @@ def _slice_row(
 
 
 def _slice_threshold(main: EvalgateRuleRecord | None) -> str:
-    """The main rule's boundary on the delta scale; no_regression's is a p-value."""
-    if main is None:
-        return "-"
-    threshold = main.get("threshold")
-    if main["rule"] == "no_regression":
-        return "-" if threshold is None else f"p < {float(threshold):.2f}"
+    """The main rule's boundary on the delta scale; no_regression's is its test's level."""
+    return "-" if main is None else evalgate_threshold_text(main)
+
+
+def evalgate_threshold_text(rule: EvalgateRuleRecord) -> str:
+    """A rule's threshold cell: its boundary on the estimate's scale, except no_regression's,
+    whose number is the alpha its corrected p-value is tested at (``α = 0.05 (test level)``),
+    no bar for the estimate to pass (issue 37: "+0.0500" read as one)."""
+    threshold = rule.get("threshold")
+    if rule["rule"] == "no_regression" and threshold is not None:
+        return f"α = {float(threshold):.4g} (test level)"
     return evalgate_num(threshold)
 
 
@@ -261,7 +266,7 @@ def evalgate_rule_rows(decision: EvalgateDecision) -> list[EvalgateRuleRow]:
             name=rule["name"],
             estimate=evalgate_num(rule.get("estimate")),
             interval=evalgate_interval(rule.get("lo"), rule.get("hi")),
-            threshold=evalgate_num(rule.get("threshold")),
+            threshold=evalgate_threshold_text(rule),
             n=str(rule["n_cases"]) if rule.get("n_cases") else "-",
             result=_rule_result(rule),
             reason=str(rule.get("reason", "")),

@@ -68,6 +68,7 @@ def evalgate_html(decision: EvalgateDecision, context: EvalgateReportContext | N
         _rules(decision),
         _latency(decision),
         _errors(decision),
+        _excluded(decision),
         *(_facts(decision, key) for key in EVALGATE_FACT_KEYS),
         _changes(decision, context),
     ]
@@ -341,6 +342,18 @@ def _errors(decision: EvalgateDecision) -> str:
     return _section(
         "errors", "Errors", _table([("phase", ""), ("category", ""), ("identities", "num")], rows)
     )
+
+
+def _excluded(decision: EvalgateDecision) -> str:
+    """The cases the manifest leaves out (``dataset.exclude``), with their reasons."""
+    rows = [
+        (f' data-excluded="{escape(e["case"])}"', [_code(e["case"]), escape(e["reason"])])
+        for e in decision.get("exclusions", [])
+    ]
+    if not rows:
+        return ""
+    body = _table([("case", ""), ("reason", "")], rows)
+    return _section("excluded", "Excluded cases (dataset.exclude)", body)
 
 
 def _facts(decision: EvalgateDecision, key: str) -> str:

@@ -54,6 +54,7 @@ def evalgate_markdown(
         _rules(decision),
         _perf(decision),
         _errors(decision),
+        _excluded(decision),
         _flips(decision, context),
         _sources(decision),
         *(_facts(decision, key) for key in EVALGATE_FACT_KEYS),
@@ -226,6 +227,16 @@ def _errors(decision: EvalgateDecision) -> list[str]:
         return ["## Errors", "", "None: every requested identity has a result."]
     table = _table(["phase", "category", "identities"], rows, "llr")
     return ["## Errors", "", *table]
+
+
+def _excluded(decision: EvalgateDecision) -> list[str]:
+    """The cases the manifest leaves out (``dataset.exclude``), with their reasons."""
+    rows = [
+        [_code(e["case"]), evalgate_md_cell(e["reason"])] for e in decision.get("exclusions", [])
+    ]
+    if not rows:
+        return []
+    return ["## Excluded cases (`dataset.exclude`)", "", *_table(["case", "reason"], rows)]
 
 
 def _flips(decision: EvalgateDecision, context: EvalgateReportContext) -> list[str]:

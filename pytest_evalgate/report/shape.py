@@ -229,3 +229,4 @@ class EvalgateDecision(TypedDict):
     # {digest, binding: verified or declared, signature or why} (decision.weights)
     weights: NotRequired[dict[str, EvalgateJSON]]
     sources: NotRequired[EvalgateSourcesRecord]  # only when some records were imported
+    exclusions: NotRequired[list[dict[str, str]]]  # dataset.exclude: [{case, reason}], when any

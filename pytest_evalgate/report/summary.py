@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pytest_evalgate.aggregate.code import evalgate_sandbox_lines
+from pytest_evalgate.report.facts import evalgate_threshold_text
 from pytest_evalgate.report.shape import (
     EvalgateDecision,
     EvalgateFlipped,
@@ -99,14 +100,18 @@ def _rate_lines(rates: Mapping[str, Mapping[str, EvalgateRateRecord]]) -> list[s
 def _rule_table(rules: Sequence[EvalgateRuleRecord]) -> list[str]:
     if not rules:
         return []
-    header = f"{'rule':<34} {'estimate':>9} {'interval':>21} {'threshold':>9}  result"
+    # no_regression's cell is its test level (facts.evalgate_threshold_text), wider than a
+    # number: the column widens only when such a rule is in the table.
+    cells = [evalgate_threshold_text(rule) for rule in rules]
+    width = max(9, *(len(cell) for cell in cells))
+    header = f"{'rule':<34} {'estimate':>9} {'interval':>21} {'threshold':>{width}}  result"
     lines = [header]
-    for rule in rules:
+    for rule, cell in zip(rules, cells, strict=True):
         interval = f"[{_num(rule.get('lo'))}, {_num(rule.get('hi'))}]"
         result = "pass" if rule["passed"] else "FAIL"
         lines.append(
             f"{rule['name']:<34} {_num(rule.get('estimate')):>9} {interval:>21} "
-            f"{_num(rule.get('threshold')):>9}  {result}: {rule.get('reason', '')}"
+            f"{cell:>{width}}  {result}: {rule.get('reason', '')}"
         )
     return lines
 

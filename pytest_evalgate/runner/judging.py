@@ -40,6 +40,7 @@ from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.dialogue.transcript import evalgate_transcript_text
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.judge.parse import (
+    EVALGATE_JUDGE_UNPARSEABLE,
     evalgate_parse_pairwise,
     evalgate_parse_pointwise,
     evalgate_verdict_json,
@@ -107,6 +108,9 @@ class EvalgateJudgeProgress:
     reused: int = 0
     done: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    # case id -> candidates whose judgment errored the same way as the stored one, at
+    # temperature 0: it will go on doing so (session.defects names the case)
+    repeated: dict[str, list[str]] = field(default_factory=dict)
 
 
 class EvalgateJudgeStage:
@@ -138,6 +142,7 @@ class EvalgateJudgeStage:
         self._answers: dict[tuple[str, EvalgateIdentity], _Answers] = {}
         self._judgments: dict[tuple[str, EvalgateJudgmentKey], dict[str, Any]] = {}
         self._pending: dict[tuple[str, EvalgateJudgmentKey], int] = {}
+        self._before: dict[tuple[str, EvalgateJudgmentKey], str] = {}  # stored error categories
         self._wire: list[_JudgeWork] = []
         self._endpoints: dict[EvalgateEndpoint, int] = {}
         self._child: EvalgateJudgeChild | None = None
@@ -225,6 +230,8 @@ class EvalgateJudgeStage:
             self._judgments[slot] = stored
             self.progress.reused += 1
             return
+        if stored is not None:
+            self._before[slot] = str(stored["error"]["category"])
         self._send(work, slot)
 
     # -- sending ----------------------------------------------------------------------------
@@ -361,9 +368,23 @@ class EvalgateJudgeStage:
         )
         self._writer.evalgate_add(work.suite.prefix, record)
         slot = (work.path, work.key)
+        self._note_repeat(work, slot, verdict)
         self._pending.pop(slot, None)
         self._judgments[slot] = record
         self._count(record)
+
+    def _note_repeat(
+        self, work: _JudgeWork, slot: tuple[str, EvalgateJudgmentKey], verdict: Mapping[str, Any]
+    ) -> None:
+        error = verdict["error"]
+        if error is None or error["category"] != EVALGATE_JUDGE_UNPARSEABLE:
+            return
+        same = self._before.get(slot) == error["category"]
+        greedy = work.suite.judged.judge.temperature == 0
+        if same and greedy and work.key.order != EVALGATE_GOLDEN_ORDER:
+            found = self.progress.repeated.setdefault(work.key.case_id, [])
+            if work.key.candidate not in found:
+                found.append(work.key.candidate)
 
     def _count(self, record: Mapping[str, Any]) -> None:
         self.progress.done += 1

@@ -47,7 +47,7 @@ from pytest_evalgate.session.options import (
 from pytest_evalgate.session.preload import evalgate_preload_gate
 from pytest_evalgate.session.prepare import EvalgateChosen, evalgate_selection
 from pytest_evalgate.session.progress import EvalgateProgressLine
-from pytest_evalgate.session.running import EvalgateRunning
+from pytest_evalgate.session.running import EvalgateReuse, EvalgateRunning
 from pytest_evalgate.session.select import EvalgateSelector, evalgate_deselect
 from pytest_evalgate.session.suite import EvalgateSuite, evalgate_load_suite
 from pytest_evalgate.session.usage import evalgate_usage_errors
@@ -95,6 +95,8 @@ class EvalgatePlugin:
         self.progress_line: EvalgateProgressLine | None = None
         self.early: bool | None = None  # may the runner start while pytest collects (early.py)
         self.preload: threading.Thread | None = None  # the gate's modules, imported during the run
+        self.collection_error: pytest.UsageError | None = None  # raised again at its finish
+        self.worker_reuse = EvalgateReuse()  # xdist controller: what its workers reused
 
     # -- collection -------------------------------------------------------------------------
 
@@ -154,7 +156,18 @@ class EvalgatePlugin:
                 items.clear()
                 stop = self.worker_stop or EvalgateWorkerStop(message=str(exc), returncode=4)
                 evalgate_tell_stop(config, stop)
+            else:
+                self.collection_error = exc
             raise
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # pytest calls this hook even when collection raised (its ``finally``), and the terminal
+        # reporter's then printed "collected 0 items" above the configuration error (issue 37).
+        # Raised again before it, the error is the only thing said. Not in an xdist worker,
+        # which must report its (empty) collection to the controller from this hook.
+        if self.collection_error is not None:
+            raise self.collection_error
 
     def _modify_items(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if self.config_errors:
@@ -226,7 +239,9 @@ class EvalgatePlugin:
             gc.freeze()
         self.selection = evalgate_selection(self.selection, items)
         if self.options.worker:
-            evalgate_tell_selection(self.config, self.selection)
+            reuse, defects = self.running.reuse, self.running.defects.evalgate_json()
+            counts = (reuse.reused, reuse.requested)
+            evalgate_tell_selection(self.config, self.selection, counts, defects)
         elif self._gates():
             self._gate(session)
         elif self.topology.shard is not None and self.topology.shard_index == 0:
@@ -294,6 +309,9 @@ class EvalgatePlugin:
             self.worker_stops.append(report.stop)  # every worker reports the same manifest's
         if report.crashed is not None:
             self.crashed.append(report.crashed)
+        self.worker_reuse.reused += report.reused[0]
+        self.worker_reuse.requested += report.reused[1]
+        self.running.defects.evalgate_merge(report.defects)
         for path, entry in report.selection.items():
             self.selection.setdefault(path, entry)
 
@@ -358,10 +376,14 @@ class EvalgatePlugin:
             reporter.write_line(line)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.summary:
+        reuse = self.worker_reuse if self._controller() else self.running.reuse
+        reused = reuse.evalgate_line()  # a resumed run says so (issue 37)
+        defects = self.running.defects.evalgate_lines()  # permanent per-case errors
+        lines = [*([reused] if reused else []), *self.summary, *defects]
+        if not lines:
             return
         terminalreporter.write_sep("=", "evalgate")
-        for line in self.summary:
+        for line in lines:
             terminalreporter.write_line(line)
 
 

@@ -13,6 +13,7 @@ import gc
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -29,6 +30,7 @@ from pytest_evalgate.runner.parent import (
     EvalgateWork,
 )
 from pytest_evalgate.runner.spawn import evalgate_discard_prespawned
+from pytest_evalgate.session.defects import EvalgateDefects
 from pytest_evalgate.session.gcpause import evalgate_resume_gc
 from pytest_evalgate.session.launch import evalgate_make_runner
 from pytest_evalgate.session.options import EvalgateOptions
@@ -48,6 +50,21 @@ from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 if TYPE_CHECKING:  # judged suites only: imported when one runs (judging.py)
     from pytest_evalgate.endpoints.judge import EvalgateJudgeEndpoints
     from pytest_evalgate.runner.judging import EvalgateJudgeStage
+
+
+@dataclass
+class EvalgateReuse:
+    """Of the items this process ran: how many took a result committed before (``reused``,
+    not asked again) and how many waited for a request (``requested``)."""
+
+    reused: int = 0
+    requested: int = 0
+
+    def evalgate_line(self) -> str | None:
+        """The terminal's line of a resumed run; None when nothing was reused."""
+        if not self.reused:
+            return None
+        return f"reused {self.reused} results from the store, requested {self.requested}"
 
 
 class EvalgateRunning:
@@ -80,6 +97,8 @@ class EvalgateRunning:
         # early start's suite, and an xdist worker's suites at the end of its collection
         self.ready_runs: dict[str, EvalgateSuiteRun] = {}
         self.tool_services: list[EvalgateToolServices] = []  # started for tool suites
+        self.reuse = EvalgateReuse()  # the items' results found in the store, and not
+        self.defects = EvalgateDefects()  # cases whose error comes back on every run
 
     @property
     def store_failure(self) -> tuple[str, int] | None:
@@ -206,10 +225,14 @@ class EvalgateRunning:
         key = item.evalgate_key
         stored = self.stored.get(key)
         if stored is not None:
+            self.reuse.reused += 0 if self._options.aggregate_only else 1
+            self.defects.evalgate_note(item.case.case_id, item.candidate, stored)
             return self._judged(item, stored)
         if self._options.aggregate_only or self.runner is None:
             return _missing()
+        self.reuse.requested += 1
         record = self.runner.evalgate_wait(self.works[key])
+        self.defects.evalgate_note(item.case.case_id, item.candidate, record)
         return self._judged(item, record)
 
     def evalgate_stop(self) -> None:
@@ -284,6 +307,7 @@ class EvalgateRunning:
         try:
             if self.judging is not None:
                 self.judging.evalgate_close()
+                self.defects.evalgate_note_judge(self.judging.progress.repeated)
         finally:
             if self.judge_endpoints is not None:
                 self.judge_endpoints.evalgate_close()

@@ -9,8 +9,8 @@ neither crashed: the controller gives no verdict for it (fail closed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypedDict
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypedDict
 
 import pytest
 
@@ -46,6 +46,8 @@ class EvalgateNodeReport:
     stop: EvalgateWorkerStop | None
     crashed: str | None
     selection: Mapping[str, EvalgateChosen]
+    reused: tuple[int, int] = (0, 0)  # its items' results found in the store, and not
+    defects: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # session.defects
 
 
 def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
@@ -53,9 +55,16 @@ def evalgate_tell_stop(config: pytest.Config, stop: EvalgateWorkerStop) -> None:
     config.workeroutput[_WORKER_STOP] = stop  # type: ignore[attr-defined]
 
 
-def evalgate_tell_selection(config: pytest.Config, selection: Mapping[str, EvalgateChosen]) -> None:
-    """In a worker: tell the controller what it ran."""
-    config.workeroutput[_WORKER_OUTPUT] = {"selection": selection}  # type: ignore[attr-defined]
+def evalgate_tell_selection(
+    config: pytest.Config,
+    selection: Mapping[str, EvalgateChosen],
+    reused: tuple[int, int],
+    defects: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """In a worker: tell the controller what it ran, how many of its items' results it found
+    in the store (``reused``, ``requested``) and its suite defects (``session.defects``)."""
+    output = {"selection": selection, "reused": list(reused), "defects": dict(defects)}
+    config.workeroutput[_WORKER_OUTPUT] = output  # type: ignore[attr-defined]
 
 
 def evalgate_node_report(node: EvalgateWorkerNode) -> EvalgateNodeReport:
@@ -65,7 +74,9 @@ def evalgate_node_report(node: EvalgateWorkerNode) -> EvalgateNodeReport:
     output = workeroutput.get(_WORKER_OUTPUT)
     if output is None:
         return EvalgateNodeReport(stop, str(getattr(node.gateway, "id", "worker")), {})
-    return EvalgateNodeReport(stop, None, output["selection"])
+    reused, requested = output.get("reused", (0, 0))
+    counts = (int(reused), int(requested))
+    return EvalgateNodeReport(stop, None, output["selection"], counts, output.get("defects", {}))
 
 
 def evalgate_stop_for_workers(stops: Sequence[EvalgateWorkerStop]) -> None:

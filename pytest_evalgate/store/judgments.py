@@ -18,6 +18,12 @@ two orders of a pairwise pair, ``golden`` for a judged golden row (``case_id`` t
 golden line: ``golden:<line>``). ``answers`` ties a judgment to the exact answers it judged: a
 judgment whose answers are no longer the stored ones is stale and is judged again.
 
+An errored judgment keeps a bounded excerpt of the judge's text: ``output`` holds at most its
+first ``EVALGATE_JUDGE_EXCERPT_CHARS`` characters and the error's message says how many
+characters the answer read had and their sha256 (issue 37: a judge answering 8 MB, or a flood of
+braces, was stored at up to the client's cap each time, and errored judgments are asked again
+by every run). A result keeps its text whole: it is the judge's reasoning behind a verdict.
+
 ``evalgate_read_judgments`` verifies every line (fields, checksum, judge key, definition); a
 result (``error`` None) supersedes errors; two results for one key and the same answers with
 different verdicts are a problem (``EvalgateIntegrityError`` material for the gate).
@@ -25,6 +31,7 @@ different verdicts are a problem (``EvalgateIntegrityError`` material for the ga
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +51,7 @@ EVALGATE_JUDGMENT_FIELDS = frozenset(
     }
 )  # fmt: skip
 EVALGATE_GOLDEN_ORDER = "golden"
+EVALGATE_JUDGE_EXCERPT_CHARS = 4096
 
 
 class EvalgateJudgmentKey(NamedTuple):
@@ -84,7 +92,9 @@ def evalgate_judgment_record(
 ) -> dict[str, Any]:
     """The sealed judgment of ``key``. ``facts`` holds ``baseline``, ``category``, ``cluster``,
     ``output``, ``attempts``, ``e2e_s``, ``started_at``, ``finished_at``; ``verdict`` is
-    ``parse.evalgate_verdict_json``'s ``{"verdict", "error"}`` (or a judge endpoint error)."""
+    ``parse.evalgate_verdict_json``'s ``{"verdict", "error"}`` (or a judge endpoint error).
+    An errored judgment's output is cut to its excerpt (module docstring)."""
+    output, error = evalgate_errored_excerpt(facts.get("output"), verdict["error"])
     return dict(
         evalgate_seal(
             {
@@ -95,9 +105,9 @@ def evalgate_judgment_record(
                 "baseline": facts.get("baseline"),
                 "category": facts["category"],
                 "cluster": facts["cluster"],
-                "output": facts.get("output"),
+                "output": output,
                 "verdict": verdict["verdict"],
-                "error": verdict["error"],
+                "error": error,
                 "attempts": int(facts.get("attempts", 0)),
                 "e2e_s": float(facts.get("e2e_s", 0.0)),
                 "writer": context.writer,
@@ -106,6 +116,21 @@ def evalgate_judgment_record(
             }
         )
     )
+
+
+def evalgate_errored_excerpt(
+    output: str | None, error: Mapping[str, Any] | None
+) -> tuple[str | None, Mapping[str, Any] | None]:
+    """``(output, error)`` as an errored judgment stores them: the output cut to
+    ``EVALGATE_JUDGE_EXCERPT_CHARS`` characters, the error's message saying what was cut."""
+    if error is None or output is None or len(output) <= EVALGATE_JUDGE_EXCERPT_CHARS:
+        return output, error
+    digest = hashlib.sha256(output.encode("utf-8", "surrogatepass")).hexdigest()
+    cut = (
+        f"{error['message']} [the judge's answer read had {len(output)} characters, sha256 "
+        f"{digest}; its first {EVALGATE_JUDGE_EXCERPT_CHARS} are kept]"
+    )
+    return output[:EVALGATE_JUDGE_EXCERPT_CHARS], {**error, "message": cut}
 
 
 @dataclass
