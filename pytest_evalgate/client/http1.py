@@ -463,7 +463,9 @@ class EvalgateHttpPool:
         try:
             return await self._tunnel(target, proxy, transport, tunnel)
         except BaseException:
-            transport.close()
+            # abort, not close: a graceful close waits to flush what TLS left unsent (its alert),
+            # which on uvloop outlives the loop when the peer has reset the connection
+            cast("asyncio.Transport", transport).abort()
             raise
 
     async def _tunnel(
