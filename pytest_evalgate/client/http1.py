@@ -465,7 +465,7 @@ class EvalgateHttpPool:
         except BaseException:
             # abort, not close: a graceful close waits to flush what TLS left unsent (its alert),
             # which on uvloop outlives the loop when the peer has reset the connection
-            cast("asyncio.Transport", transport).abort()
+            transport.abort()
             raise
 
     async def _tunnel(
