@@ -159,14 +159,21 @@ def test_property_values() -> None:
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("plugin", ["junitxml", "cacheprovider", "logging", "warnings", "stepwise"])
+@pytest.mark.parametrize(
+    "plugin", ["junitxml", "cacheprovider", "logging", "warnings", "stepwise", "terminal", "xdist"]
+)
 def test_a_suite_runs_without_each_optional_pytest_plugin(
     pytester: pytest.Pytester, plugin: str
 ) -> None:
     # issue 37: `-p no:junitxml` made every item fail with "unknown configuration value:
     # 'junit_family'"; no plugin of pytest's may be assumed
     _suite(pytester)
-    result = pytester.runpytest_subprocess("--evalgate", "suite", "-q", "-p", f"no:{plugin}")
-    assert result.ret == 0, result.stdout.str()
-    result.assert_outcomes(passed=24, failed=11)  # as without -p no:X
+    quiet = [] if plugin == "terminal" else ["-q"]  # -q is the terminal plugin's option
+    result = pytester.runpytest_subprocess("--evalgate", "suite", *quiet, "-p", f"no:{plugin}")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    if plugin == "terminal":  # nothing reports outcomes; the gate still decided (exit 0)
+        assert "Traceback" not in result.stdout.str() + result.stderr.str()
+        assert list((pytester.path / ".evalgate").rglob("*.jsonl")), "no record was committed"
+    else:
+        result.assert_outcomes(passed=24, failed=11)  # as without -p no:X
     assert "junit_family" not in result.stdout.str() + result.stderr.str()
