@@ -224,7 +224,7 @@ def _rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str]]:
             yield from _rows(inner, key + (".<name>." if named else "."))
 
 
-def _block(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+def _block(annotation: object) -> tuple[type[BaseModel] | None, bool]:
     """The block model under a field (and whether its keys are names), or None."""
     origin = typing.get_origin(annotation)
     if origin is dict:
@@ -236,7 +236,7 @@ def _block(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def _is_model(value: Any) -> bool:
+def _is_model(value: object) -> bool:
     return isinstance(value, type) and issubclass(value, BaseModel)
 
 
@@ -268,7 +268,7 @@ def _bounds(field: FieldInfo) -> str:
     return ", ".join(parts)
 
 
-def _annotated_metadata(annotation: Any) -> list[Any]:
+def _annotated_metadata(annotation: object) -> list[Any]:
     found: list[Any] = []
     for arg in typing.get_args(annotation):
         if typing.get_origin(arg) is typing.Annotated:
@@ -277,7 +277,7 @@ def _annotated_metadata(annotation: Any) -> list[Any]:
     return found
 
 
-def _type(annotation: Any) -> str:
+def _type(annotation: object) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Literal:
