@@ -253,3 +253,26 @@ def test_the_light_protocol_keeps_pytest_current_test(
     first = ran[0]
     assert seen[:2] == [f"{first} (setup)", f"{first} (call)"]
     assert "evalgate.yaml::" not in os.environ.get("PYTEST_CURRENT_TEST", "")  # unset after
+
+
+def test_an_items_location_is_the_one_pytest_works_out(pytester: pytest.Pytester) -> None:
+    _suite(pytester, per_category=2)
+    pytester.makeconftest(
+        """
+import pytest
+
+def pytest_collection_modifyitems(config, items):
+    with open("locations.txt", "w") as handle:
+        for item in items:
+            ours, pytests = item.location, pytest.Item.location.func(item)
+            handle.write(f"{ours == pytests} {ours}\\n")
+"""
+    )
+    result = pytester.runpytest_inprocess(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "--collect-only", "-q"
+    )
+    assert result.ret == 0
+    lines = (pytester.path / "locations.txt").read_text().splitlines()
+    assert len(lines) == 8 and all(
+        line.startswith("True ('suite/evalgate.yaml', 0, ") for line in lines
+    ), lines
