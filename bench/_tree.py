@@ -46,14 +46,24 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def run_tree(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    """Run ``argv``; returns wall s, CPU s (user+sys, reaped descendants included), peak tree
-    RSS MB, exit status and output."""
+def run_tree(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, cpus: set[int] | None = None
+) -> dict[str, object]:
+    """Run ``argv`` (on ``cpus`` only, if given: its children inherit the affinity); returns
+    wall s, CPU s (user+sys, reaped descendants included), peak tree RSS MB, exit status and
+    output."""
+
+    def pin() -> None:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
     peak = [0.0]
     done = threading.Event()
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
-        process = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=pin
+        )
 
         def sample() -> None:
             while not done.wait(0.02):

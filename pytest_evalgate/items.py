@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
+from _pytest.pathlib import absolutepath
 
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.manifest.dataset import EvalgateCase
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.store import EvalgateIdentity
+
+if TYPE_CHECKING:  # the type of ``Node.ihook``; pluggy comes with pytest
+    from pluggy import HookRelay
 
 
 class EvalgateLoadedSuite(Protocol):
@@ -75,6 +80,24 @@ class EvalgateFile(pytest.File):
 
 class EvalgateCandidateNode(pytest.Collector):
     """One candidate of a suite: collects (case, repetition) items in dataset order."""
+
+    @cached_property
+    def evalgate_relfspath(self) -> str:
+        """The suite file's path as reports show it (relative to the rootdir): what pytest's
+        ``Item.location`` works out for each item (~20 us each), once for all of them."""
+        return self.session._node_location_to_relpath(absolutepath(str(self.path)))
+
+    def evalgate_ihook(self) -> HookRelay:
+        """``session.gethookproxy`` of the suite file, kept while no conftest is added (pytest
+        works it out again at every ``item.ihook``: four times an item, ~10 us each); the
+        proxy itself follows plugins registered later."""
+        conftests = len(self.config.pluginmanager._conftest_plugins)  # only ever added to
+        cached = self._evalgate_ihook
+        if cached is None or cached[0] != conftests:
+            cached = self._evalgate_ihook = (conftests, self.session.gethookproxy(self.path))
+        return cached[1]
+
+    _evalgate_ihook: tuple[int, HookRelay] | None = None
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         parent = self.parent
@@ -184,6 +207,24 @@ class EvalgateItem(pytest.Item):
         sandbox = record.get("sandbox")
         if sandbox is not None:  # scorer: code
             self.user_properties.append(("evalgate.sandbox_outcome", sandbox["outcome"]))
+
+    @property
+    def ihook(self) -> HookRelay:
+        """pytest's path-sensitive hook proxy, from the candidate node (the same file)."""
+        parent = self.parent
+        if not isinstance(parent, EvalgateCandidateNode):
+            return super().ihook
+        return parent.evalgate_ihook()
+
+    @cached_property
+    def location(self) -> tuple[str, int | None, str]:
+        """pytest's ``Item.location`` of ``reportinfo``, the path's part from the candidate
+        node (the same for every item of the suite)."""
+        parent = self.parent
+        if not isinstance(parent, EvalgateCandidateNode):
+            return super().location
+        _path, line, domain = self.reportinfo()
+        return (parent.evalgate_relfspath, line, domain)
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         """Location shown in reports: the suite file (its first line: pytest's report of a

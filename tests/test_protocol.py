@@ -253,3 +253,37 @@ def test_the_light_protocol_keeps_pytest_current_test(
     first = ran[0]
     assert seen[:2] == [f"{first} (setup)", f"{first} (call)"]
     assert "evalgate.yaml::" not in os.environ.get("PYTEST_CURRENT_TEST", "")  # unset after
+
+
+def test_an_items_location_is_the_one_pytest_works_out(pytester: pytest.Pytester) -> None:
+    _suite(pytester, per_category=2)
+    pytester.makeconftest(
+        """
+import pytest
+
+def pytest_collection_modifyitems(config, items):
+    with open("locations.txt", "w") as handle:
+        for item in items:
+            ours, pytests = item.location, pytest.Item.location.func(item)
+            hooks = item.ihook.pytest_runtest_logreport.get_hookimpls()
+            own = item.session.gethookproxy(item.path).pytest_runtest_logreport.get_hookimpls()
+            same = ours == pytests and hooks == own
+            if "evalgate.yaml" in item.nodeid:
+                assert not any("other/conftest.py" in str(impl.plugin) for impl in hooks)
+            handle.write(f"{same} {ours}\\n")
+"""
+    )
+    other = pytester.path / "other"  # a conftest that must not apply to the suite's items
+    other.mkdir()
+    (other / "conftest.py").write_text("def pytest_runtest_logreport(report):\n    pass\n")
+    (other / "test_other.py").write_text("def test_one():\n    pass\n")
+    result = pytester.runpytest_inprocess(
+        "--evalgate", "other", "suite", "-p", "no:cacheprovider", "--collect-only", "-q"
+    )
+    assert result.ret == 0
+    lines = (pytester.path / "locations.txt").read_text().splitlines()
+    assert lines[0].startswith("True ('other/test_other.py'")
+    lines = lines[1:]
+    assert len(lines) == 8 and all(
+        line.startswith("True ('suite/evalgate.yaml', 0, ") for line in lines
+    ), lines

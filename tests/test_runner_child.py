@@ -276,6 +276,22 @@ def test_segments_are_committed_before_close_by_the_committer(make_rig: Any) -> 
     assert rig.writer.committed == 12
 
 
+def test_the_tail_is_committed_once_every_work_is_answered_not_at_the_writers_age(
+    make_rig: Any,
+) -> None:
+    rig = make_rig(12, latency_ms=5)
+    rig.writer.max_age_s = 3600.0  # never due by age in this test: only the tail rule commits
+    runner = rig.runner(concurrency=4, window=64)  # half the window (32) is never waiting
+    runner.evalgate_start()
+    try:
+        records = [runner.evalgate_wait(work) for work in rig.works]
+        assert rig.writer.committed == 12  # each handed out only once committed
+    finally:
+        runner.evalgate_close()
+    assert [r["identity"]["case_id"] for r in records] == [w.case.case_id for w in rig.works]
+    assert len(rig.stored()) == 12
+
+
 def test_a_failure_inside_the_child_reaches_the_item_loop(make_rig: Any) -> None:
     rig = make_rig(5, api="bogus")  # the client refuses the endpoint: an error, not an answer
     runner = rig.runner(concurrency=2, window=4)

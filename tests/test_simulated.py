@@ -524,9 +524,13 @@ def spawned(key: Path, tmp_path: Path) -> Iterator[Any]:
 def test_spawned_subprocess_serves_and_stops(spawned: Any, tmp_path: Path) -> None:
     assert spawned.base_url == f"http://127.0.0.1:{spawned.port}/v1"
     assert content(post(spawned.base_url, body(8))) == target(8)
-    assert spawned.stats()["by_status"] == {"200": 1}
+    stats = spawned.stats()
+    assert stats["by_status"] == {"200": 1}
+    assert stats["connections_accepted"] == 2  # the request's and this stats request's own
     spawned.reset()
-    assert spawned.stats()["requests_total"] == 0
+    stats = spawned.stats()
+    assert stats["requests_total"] == 0
+    assert stats["connections_accepted"] == 1  # counted from the reset: this one
     assert len((tmp_path / "log.jsonl").read_text().splitlines()) == 1
     assert spawned.stop() == 0  # SIGTERM is a clean stop
     assert spawned.process.poll() == 0

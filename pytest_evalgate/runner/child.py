@@ -66,6 +66,9 @@ from pytest_evalgate.store.journal import evalgate_journal_line_of
 from pytest_evalgate.store.location import evalgate_open_store
 from pytest_evalgate.store.records import EvalgateOutcome, EvalgateUsage
 
+EVALGATE_PROFILE_CHILD_ENV = "PYTEST_EVALGATE_PROFILE_CHILD"
+"""If set, the child runs under cProfile (CPU time) and writes its stats to ``<value>.<pid>`` at
+a clean exit (a profiling hook for benches; never set in a normal run)."""
 _ORPHANED_EXIT = 3  # the child's exit status when the pytest process went away
 _MAX_LINE = 1 << 24
 
@@ -388,8 +391,19 @@ def evalgate_child_main() -> NoReturn:
     interpreter's own clean-up took ~30 ms of that wait). An orphaned child and a failed one
     leave through ``os._exit`` as well: 3 and 1."""
     evalgate_load_http()  # while the parent may still be collecting (runner.spawn prespawns)
+    profile_path = os.environ.get(EVALGATE_PROFILE_CHILD_ENV)
+    profiler = None
+    if profile_path:  # a bench's hook (bench/onecore.py --profile): cProfile this child
+        import cProfile
+        import time
+
+        profiler = cProfile.Profile(time.process_time)  # CPU time: the core is shared
+        profiler.enable()
     with asyncio.Runner(loop_factory=evalgate_loop_factory()) as runner:
         runner.run(_evalgate_child_main())
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{profile_path}.{os.getpid()}")
     sys.stderr.flush()
     os._exit(0)
 

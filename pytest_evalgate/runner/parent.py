@@ -236,6 +236,7 @@ class EvalgateRunner:
         self._consumed = 0
         self._sent: dict[EvalgateIdentity, int] = {}
         self._wire: list[EvalgateWork] = []  # wire index -> work
+        self._answered = 0  # results and halts the child reported (of len(_wire) sent)
         self._urged: set[int] = set()
         self._endpoints: dict[EvalgateEndpoint, int] = {}
         self._halts: dict[_HaltKey, int] = {}  # stop channel -> its number on the wire
@@ -516,6 +517,7 @@ class EvalgateRunner:
 
     def _result(self, message: EvalgateWireResult) -> None:
         work = self._wire[message.index]
+        self._answered += 1
         self.progress.in_flight = message.in_flight
         error = message.outcome["error"]
         if message.fatal and error is not None:
@@ -530,6 +532,7 @@ class EvalgateRunner:
 
     def _halted(self, message: EvalgateWireHalted) -> None:
         work = self._wire[message.index]
+        self._answered += 1
         self.progress.in_flight = message.in_flight
         stand_in = evalgate_not_requested(work.candidate, message.reason)
         self._count(stand_in["error"], None)
@@ -555,13 +558,20 @@ class EvalgateRunner:
             if number is not None and self._committer.evalgate_wait(number, _MIN_POLL_S):
                 del self._batch[key]
                 return True
-            if number is None and (self._eof or len(self._unbatched) >= self._window // 2):
-                # the child is done, or half the window waits for this commit: commit now
-                # rather than let the window stall until the writer is due
+            if number is None and (
+                self._eof or len(self._unbatched) >= self._window // 2 or self._all_answered()
+            ):
+                # the child is done, half the window waits for this commit, or no answer is
+                # still to come (the run's tail): commit now rather than wait for the writer's
+                # age, which kept the last items (and the gate) waiting 0.5 s
                 self._take()
             elif number is None:
                 self._pump(self._writer_timeout())
         return False
+
+    def _all_answered(self) -> bool:
+        """Every work is sent and the child answered each (nothing more will be sealed)."""
+        return self._next >= len(self._works) and self._answered == len(self._wire)
 
     def _store_ok(self) -> bool:
         """False once a commit failed; the first time, stop requesting (docs/store.md)."""

@@ -131,6 +131,7 @@ class EvalgateSimApp:
         self.by_status: dict[str, int] = {}
         self.disconnects = 0
         self.peak = self.in_flight
+        self.accepted = 0  # connections accepted since the reset (server.py counts them)
 
     def stats(self) -> dict[str, Any]:
         """The counters as builtins (``GET /evalgate/stats``)."""
@@ -139,6 +140,7 @@ class EvalgateSimApp:
             "in_flight": self.in_flight, "peak_in_flight": self.peak,
             "client_disconnects": self.disconnects, "hangs_dropped": self.hangs_dropped,
             "completion_arrivals": self.arrivals, "connections_open": len(self.connections),
+            "connections_accepted": self.accepted,
         }  # fmt: skip
 
     def begin(self, proto: EvalgateSimProtocol) -> None:

@@ -36,9 +36,12 @@ async def _sim_listen(
 ) -> None:
     """Serve ``app`` on 127.0.0.1:``port`` until ``stop`` is set; ``ready(port)`` once bound."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: EvalgateSimProtocol(app), "127.0.0.1", port, backlog=1024
-    )
+
+    def accept() -> EvalgateSimProtocol:
+        app.accepted += 1  # GET /evalgate/stats: connections_accepted
+        return EvalgateSimProtocol(app)
+
+    server = await loop.create_server(accept, "127.0.0.1", port, backlog=1024)
     try:
         ready(server.sockets[0].getsockname()[1])
         await stop.wait()
