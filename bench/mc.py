@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _calls import phase_from_records, print_rates, run_candidate
 from suitekit import make_choice_cases, write_answer_key, write_suite
 
 from pytest_evalgate.choice.loop import evalgate_choice_body
@@ -71,17 +69,6 @@ async def _bare(base_url: str, bodies: list[dict[str, Any]]) -> tuple[float, int
         return time.perf_counter() - started, len(bodies)
 
 
-def _phase_from_records(store: Path) -> tuple[float, int]:
-    first, last, requests = float("inf"), 0.0, 0
-    for path in store.rglob("seg-*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            first = min(first, datetime.fromisoformat(record["started_at"]).timestamp())
-            last = max(last, datetime.fromisoformat(record["finished_at"]).timestamp())
-            requests += record["choice"]["count"]
-    return last - first, requests
-
-
 def _round(cases: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -97,27 +84,19 @@ def _round(cases: int) -> None:
                 for case in loaded.cases
                 for choice in case.choices
             ]  # fmt: skip
-            bare_s, bare_requests = asyncio.run(_bare(server.base_url, bodies))
-            started = time.perf_counter()
-            run = subprocess.run(
-                [sys.executable, "-m", "pytest", "--evalgate", str(manifest), "-q",
-                 "-p", "no:cacheprovider", "--evalgate-candidate", "candidate"],
-                cwd=work, capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            whole_s = time.perf_counter() - started
-        phase_s, requests = _phase_from_records(work / ".evalgate")
-    bound = BUDGET / LATENCY_S
-    bare_rate, rate = bare_requests / bare_s, requests / phase_s
-    print(f"{cases} cases x 4 choices, budget {BUDGET}, {LATENCY_S * 1000:.0f} ms/request, "
-          f"bound {bound:,.0f} requests/s; pytest exit {run.returncode}: "
-          f"{(run.stdout.strip().splitlines() or [''])[-1]}")  # fmt: skip
-    print(f"bare loop  {bare_requests} requests {bare_rate:7.0f} req/s = {bare_rate / bound:4.0%}"
-          " of bound")  # fmt: skip
-    whole = requests / whole_s
-    print(f"evalgate   {requests} requests {rate:7.0f} req/s = {rate / bound:4.0%} of bound = "
-          f"{rate / bare_rate:4.0%} of bare | whole command {whole_s:.2f} s "
-          f"({whole:.0f} req/s = {whole / bound:.0%} of bound)")  # fmt: skip
-    print(f"target: request phase >= 80 % of bound: {'met' if rate / bound >= 0.8 else 'NOT met'}")
+            bare = asyncio.run(_bare(server.base_url, bodies))
+            run, whole_s = run_candidate(manifest, work)
+        phase = phase_from_records(work / ".evalgate", lambda r: int(r["choice"]["count"]))
+    print_rates(
+        f"{cases} cases x 4 choices, budget {BUDGET}, {LATENCY_S * 1000:.0f} ms/request, "
+        f"bound {BUDGET / LATENCY_S:,.0f} requests/s",
+        ("requests", "req/s"),
+        run,
+        bare,
+        phase,
+        whole_s,
+        BUDGET / LATENCY_S,
+    )
 
 
 def main() -> None:

@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _calls import phase_from_records, print_rates, run_candidate
 from suitekit import write_answer_key, write_suite
 
 from pytest_evalgate.manifest.load import evalgate_load_manifest
@@ -105,17 +103,6 @@ async def _bare(base_url: str, bodies: list[dict[str, Any]]) -> tuple[float, int
         return time.perf_counter() - started, calls
 
 
-def _phase_from_records(store: Path) -> tuple[float, int]:
-    first, last, steps = float("inf"), 0.0, 0
-    for path in store.rglob("seg-*.jsonl"):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            first = min(first, datetime.fromisoformat(record["started_at"]).timestamp())
-            last = max(last, datetime.fromisoformat(record["finished_at"]).timestamp())
-            steps += len(record["dialogue"]["steps"])
-    return last - first, steps
-
-
 def _round(cases: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -131,28 +118,19 @@ def _round(cases: int) -> None:
                  "temperature": 0.0}
                 for case in loaded.cases
             ]  # fmt: skip
-            bare_s, bare_calls = asyncio.run(_bare(server.base_url, bodies))
-            started = time.perf_counter()
-            run = subprocess.run(
-                [sys.executable, "-m", "pytest", "--evalgate", str(manifest), "-q",
-                 "-p", "no:cacheprovider", "--evalgate-candidate", "candidate"],
-                cwd=work, capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            whole_s = time.perf_counter() - started
-        phase_s, steps = _phase_from_records(work / ".evalgate")
-    bound = BUDGET / LATENCY_S
-    bare_rate, rate = bare_calls / bare_s, steps / phase_s
-    print(f"{cases} tool cases x 3 model calls, budget {BUDGET}, {LATENCY_S * 1000:.0f} ms/call, "
-          f"bound {bound:,.0f} calls/s; pytest exit {run.returncode}: "
-          f"{(run.stdout.strip().splitlines() or [''])[-1]}")  # fmt: skip
-    print(
-        f"bare loop  {bare_calls} calls {bare_rate:7.0f} calls/s = {bare_rate / bound:4.0%}"
-        " of bound"
+            bare = asyncio.run(_bare(server.base_url, bodies))
+            run, whole_s = run_candidate(manifest, work)
+        phase = phase_from_records(work / ".evalgate", lambda r: len(r["dialogue"]["steps"]))
+    print_rates(
+        f"{cases} tool cases x 3 model calls, budget {BUDGET}, {LATENCY_S * 1000:.0f} ms/call, "
+        f"bound {BUDGET / LATENCY_S:,.0f} calls/s",
+        ("calls", "calls/s"),
+        run,
+        bare,
+        phase,
+        whole_s,
+        BUDGET / LATENCY_S,
     )
-    print(f"evalgate   {steps} calls {rate:7.0f} calls/s = {rate / bound:4.0%} of bound = "
-          f"{rate / bare_rate:4.0%} of bare | whole command {whole_s:.2f} s "
-          f"({steps / whole_s:.0f} calls/s = {steps / whole_s / bound:.0%} of bound)")  # fmt: skip
-    print(f"target: request phase >= 80 % of bound: {'met' if rate / bound >= 0.8 else 'NOT met'}")
 
 
 def main() -> None:
