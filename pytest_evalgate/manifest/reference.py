@@ -185,7 +185,7 @@ def evalgate_manifest_reference() -> str:
 def evalgate_rows_reference() -> str:
     """The dataset rows section of docs/reference.md, one row per field the loader accepts;
     ``KeyError`` when a field has no meaning or a meaning has no field."""
-    _check_meanings(set(EVALGATE_ROW_KEYS), EVALGATE_ROW_MEANINGS, "EVALGATE_ROW_MEANINGS")
+    evalgate_check_meanings(set(EVALGATE_ROW_KEYS), EVALGATE_ROW_MEANINGS, "EVALGATE_ROW_MEANINGS")
     lines = [f"| `{key}` | {EVALGATE_ROW_MEANINGS[key]} |" for key in EVALGATE_ROW_MEANINGS]
     return _ROWS_HEAD + "\n".join(lines) + "\n"
 
@@ -194,12 +194,14 @@ def evalgate_table(rows: list[tuple[str, str]], meanings: dict[str, str], name: 
     """A key table (type, required, default, bounds, meaning) from ``evalgate_model_rows``;
     ``KeyError`` when a key has no entry in ``meanings`` (called ``name`` in the message) or an
     entry has no key."""
-    _check_meanings({key for key, _ in rows}, meanings, name)
+    evalgate_check_meanings({key for key, _ in rows}, meanings, name)
     lines = [f"| `{key}` | {cells} | {meanings[key]} |" for key, cells in rows]
     return _TABLE_HEAD + "\n".join(lines) + "\n"
 
 
-def _check_meanings(keys: set[str], meanings: dict[str, str], name: str) -> None:
+def evalgate_check_meanings(keys: set[str], meanings: dict[str, str], name: str) -> None:
+    """``KeyError`` for a meaning whose key is gone, then for a key without its meaning (in the
+    table called ``name``)."""
     for stale in sorted(set(meanings) - keys):
         raise KeyError(f"a meaning for {stale}, which the schema does not have")
     for missing in sorted(keys - set(meanings)):

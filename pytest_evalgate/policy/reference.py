@@ -14,7 +14,11 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel
 
-from pytest_evalgate.manifest.reference import evalgate_model_rows, evalgate_table
+from pytest_evalgate.manifest.reference import (
+    evalgate_check_meanings,
+    evalgate_model_rows,
+    evalgate_table,
+)
 from pytest_evalgate.policy.load import EVALGATE_POLICY_SCHEMA, EVALGATE_RULE_MODELS
 from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS, EVALGATE_ONLINE_RULE_MODEL
 from pytest_evalgate.policy.shadow import EVALGATE_SHADOW_METRICS, EVALGATE_SHADOW_RULE_MODEL
@@ -86,7 +90,7 @@ def evalgate_policy_reference() -> str:
     parts = [_HEAD, evalgate_table(top, EVALGATE_POLICY_MEANINGS, "EVALGATE_POLICY_MEANINGS")]
     parts.append("\n### `rules:` kinds\n\n| rule | keys | meaning |\n|---|---|---|\n")
     kinds = {_kind(model): model for model in EVALGATE_RULE_MODELS}
-    _check(set(kinds), EVALGATE_RULE_MEANINGS, "EVALGATE_RULE_MEANINGS")
+    evalgate_check_meanings(set(kinds), EVALGATE_RULE_MEANINGS, "EVALGATE_RULE_MEANINGS")
     for kind, model in kinds.items():
         keys = ", ".join(_key_cell(key, cells) for key, cells in _fields(model))
         parts.append(f"| `{kind}` | {keys} | {EVALGATE_RULE_MEANINGS[kind]} |\n")
@@ -124,10 +128,3 @@ def _rule_list(name: str, model: type[BaseModel], meanings: dict[str, str]) -> s
 def _metrics(metrics: Mapping[str, str]) -> str:
     listed = ", ".join(f"`{metric}` ({bound})" for metric, bound in metrics.items())
     return f"\nMetrics (and the bound each takes): {listed}.\n"
-
-
-def _check(keys: set[str], meanings: dict[str, str], name: str) -> None:
-    for stale in sorted(set(meanings) - keys):
-        raise KeyError(f"a meaning for {stale}, which the schema does not have")
-    for missing in sorted(keys - set(meanings)):
-        raise KeyError(f"{missing} has no meaning in {name}")
