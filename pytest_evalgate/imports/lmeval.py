@@ -89,7 +89,7 @@ def _source(path: str, data: bytes, task: str, results: Mapping[str, Any]) -> di
     kept = {key: value for key, value in config.items() if key != "metadata"}
     return {
         "harness": "lm-eval",
-        "version": str(results.get("lm_eval_version", "unknown")),
+        "version": str(results.get("lm_eval_version") or "unknown"),
         "file": os.path.basename(path),
         "sha256": file_sha256(data),
         "task": task,
