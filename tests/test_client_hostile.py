@@ -144,6 +144,40 @@ def test_a_connection_dropped_mid_stream_is_truncated() -> None:
     assert result.attempts == 2
 
 
+# --- strings no text can hold ---------------------------------------------------------------
+
+_LONE = b'{"choices":[{"message":{"content":"a\\ud800b"},"finish_reason":"stop"}]}'
+_IN_MODEL = b'{"model":"m\\udfff","choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}'
+_PAIR = b'{"choices":[{"message":{"content":"a\\ud83d\\ude00b"},"finish_reason":"stop"}]}'
+
+
+@pytest.mark.parametrize(
+    ("step", "stream"),
+    [
+        (FaultStep(body=_LONE), False),
+        (FaultStep(chunks=("a", "\ud800", "b")), True),  # sent as the escape \ud800
+        (FaultStep(body=_IN_MODEL), False),  # any string of the body, not only the text
+    ],
+)
+def test_a_lone_surrogate_in_an_answer_is_malformed_not_a_crash(
+    step: FaultStep, stream: bool
+) -> None:
+    # json.loads turns the escape \ud800 into a str UTF-8 cannot encode: journaling or
+    # sealing the answer raised UnicodeEncodeError in the runner's child and ended the run.
+    result, requests = _fault_call(step, stream, max_attempts=2)
+    assert result.error is not None
+    assert result.error.category == "malformed_response"
+    assert "lone UTF-16 surrogate" in result.error.message
+    assert (result.attempts, requests) == (2, 2)
+
+
+def test_a_surrogate_pair_escape_is_one_character_and_an_answer() -> None:
+    result, _ = _fault_call(FaultStep(body=_PAIR), False)
+    assert result.error is None
+    assert result.output == "a\U0001f600b"
+    assert (result.output or "").encode("utf-8") == b"a\xf0\x9f\x98\x80b"
+
+
 # --- an error inside a 200 ---------------------------------------------------------------------
 
 

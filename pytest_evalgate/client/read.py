@@ -6,7 +6,9 @@ Contracts
   reason, usage and content times, and raise ``EvalgateAnswerError`` for an answer that is no
   answer (the caller turns it into the attempt's error):
 
-  - ``malformed_response`` (retried once): not JSON, not an object, no ``choices``;
+  - ``malformed_response`` (retried once): not JSON, not an object, no ``choices``, or a
+    string holding a lone UTF-16 surrogate (a ``\\udXXX`` escape without its pair: no text
+    UTF-8 can store, so sealing its record would fail);
   - ``server_error`` (retried): an ``error`` object inside the 200, with the server's message
     (also when a stream's 200 is one JSON error body and no SSE, up to 64 KiB of it; a non-200
     answer to a stream is read as any non-200, ``client.call``);
@@ -31,6 +33,7 @@ Contracts
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +44,7 @@ from pytest_evalgate.client.types import EvalgateCallError
 from pytest_evalgate.errors import EvalgateAnswerError
 
 EVALGATE_USAGE_FROM_CHUNKS = "chunks"
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # only an escape makes a surrogate
 
 if TYPE_CHECKING:  # only the type: responses come from the client's pool
     from pytest_evalgate.client.http1 import EvalgateHttpResponse
@@ -276,6 +280,11 @@ def evalgate_loads(raw: bytes) -> dict[str, Any]:
         raise _malformed(f"not valid JSON: {raw[:80]!r}") from None
     if not isinstance(obj, dict):
         raise _malformed(f"expected a JSON object, got {type(obj).__name__}")
+    if _SURROGATE_ESCAPE.search(raw) is not None:  # rare: a pair decodes to one character
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _malformed("a string holds a lone UTF-16 surrogate: not text") from None
     return obj
 
 
