@@ -149,6 +149,32 @@ def test_a_local_store_round_trips_and_never_replaces(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "s" / "d").iterdir() if p.name.startswith(".")] == []
 
 
+def test_listing_finds_nested_segments_and_names_a_folder_that_leads_out(tmp_path: Path) -> None:
+    root, outside = tmp_path / "store", tmp_path / "outside"
+    store = EvalgateLocalStore(str(root))
+    store.evalgate_write_atomic("s/d/shard-0/seg-b.jsonl", b"x\n")
+    store.evalgate_write_atomic("s/d/shard-1/seg-a.jsonl", b"y\n")
+    store.evalgate_write_atomic("s/d/shard-1/.hidden.jsonl", b"z\n")
+    (outside / "seg.jsonl").parent.mkdir(parents=True)
+    (outside / "seg.jsonl").write_bytes(b"w\n")
+    (root / "s" / "d" / "shard-2").symlink_to(outside)
+    (root / "s" / "d" / "shard-3").symlink_to(root / "s" / "d" / "shard-0")  # stays inside
+    assert store.evalgate_list("s") == [
+        "s/d/shard-0/seg-b.jsonl",
+        "s/d/shard-1/seg-a.jsonl",
+        "s/d/shard-2",  # listed under its own name, so a reader refuses it by name
+    ]
+    assert store.evalgate_list("") == [
+        "s/d/shard-0/seg-b.jsonl",
+        "s/d/shard-1/seg-a.jsonl",
+        "s/d/shard-2",
+    ]
+    assert store.evalgate_list("s/d/shard-1") == ["s/d/shard-1/seg-a.jsonl"]
+    assert store.evalgate_list("absent") == []
+    with pytest.raises(EvalgateStorePathError):
+        store.evalgate_read("s/d/shard-2/seg.jsonl")
+
+
 def test_a_local_appender_appends_and_refuses_an_existing_file(tmp_path: Path) -> None:
     store = EvalgateLocalStore(str(tmp_path))
     appender = store.evalgate_appender("g/journal/w-000001.journal")
