@@ -13,6 +13,9 @@ descendants it reaped), peak RSS (summed over the tree, sampled), the connection
 accepted during the row (``connections_accepted``), and the simulator's CPU per request. Then
 the ratios: evalgate CPU per item / bare CPU per item, evalgate items/s / bound. CPU is a CPU
 time, meaningful on a busy machine; the rates move with other jobs (the load average is shown).
+The ``floor`` row is pytest alone on the same core: N trivial parametrised items, no plugin of
+ours and no request, the whole command's CPU per item, against the bare loop's: what any plugin
+that makes each identity a pytest item pays before it sends a byte.
 
 ``--profile DIR`` adds one unmeasured evalgate run under cProfile (the pytest process, and the
 runner child through ``PYTEST_EVALGATE_PROFILE_CHILD``) and prints both top-N lists.
@@ -99,6 +102,37 @@ def evalgate_row(folder: Path, server: EvalgateSimProcess, cpus: set[int], n: in
     return row
 
 
+FLOOR_TEST = """import pytest
+
+
+@pytest.mark.parametrize("case", range({n}))
+def test_floor(case):
+    pass
+"""
+
+
+def floor_row(folder: Path, cpus: set[int], n: int) -> Row:
+    """pytest's own cost per item: ``n`` trivial parametrised items (no plugin of ours, no
+    request) on the clients' core, the whole command's CPU as in the other rows."""
+    here = folder / "floor"
+    here.mkdir(exist_ok=True)
+    (here / "test_floor.py").write_text(FLOOR_TEST.format(n=n), encoding="utf-8")
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:evalgate"]
+    run = run_tree([*argv, "test_floor.py"], here, bench_env(), cpus)
+    assert run["status"] == 0, str(run["output"])[-2000:]
+    return {"cpu_s": float(run["cpu"]), "wall": float(run["wall"]), "rss": float(run["rss"])}  # type: ignore[arg-type]
+
+
+def show_floor(row: Row, bare: Row, n: int) -> None:
+    """The floor's row and what it means for the CPU target (2x the bare loop's per item)."""
+    floor_ms, bare_ms = 1e3 * row["cpu_s"] / n, 1e3 * bare["cpu_s"] / n
+    print(
+        f"floor     pytest alone, {n} trivial items: CPU {floor_ms:.3f} ms/item"
+        f" = {floor_ms / bare_ms:.2f}x the bare loop's {bare_ms:.3f} | peak RSS"
+        f" {row['rss']:>4.0f} MB (the target, 2x bare, is {2 * bare_ms:.3f} ms/item)"
+    )
+
+
 def record_span(store: Path) -> tuple[float, float, int]:
     """(first started_at, last finished_at, number of records) over the store's records, as
     Unix times (comparable with ``time.time()`` taken around the command)."""
@@ -128,6 +162,13 @@ def edges(row: Row) -> str:
         return ""
     head, tail = row["head_s"], row["tail_s"]
     return f" | start to first request {head:.2f} s, last answer to exit {tail:.2f} s"
+
+
+def show_rows(rows: dict[str, Row], n: int) -> None:
+    for row_name in ("bare", "evalgate"):
+        show(row_name, rows[row_name], n)
+    show_floor(rows["floor"], rows["bare"], n)
+    ratios(rows, n)
 
 
 def ratios(rows: dict[str, Row], n: int) -> None:
@@ -201,10 +242,9 @@ def main() -> None:
             for index in range(options.rounds):
                 rows = {"bare": bare_row(folder, server, client_cpus, n)}
                 rows["evalgate"] = evalgate_row(folder, server, client_cpus, n)
+                rows["floor"] = floor_row(folder, client_cpus, n)
                 print(f"round {index + 1}, load average {os.getloadavg()[0]:.2f}")
-                for row_name, row in rows.items():
-                    show(row_name, row, n)
-                ratios(rows, n)
+                show_rows(rows, n)
                 rounds.append(rows)
             if len(rounds) > 1:
                 print("median over rounds:")
@@ -212,9 +252,7 @@ def main() -> None:
                     row_name: {k: statistics.median(r[row_name][k] for r in rounds) for k in row}
                     for row_name, row in rounds[0].items()
                 }
-                for row_name, row in medians.items():
-                    show(row_name, row, n)
-                ratios(medians, n)
+                show_rows(medians, n)
             if options.profile is not None:
                 profile(folder, server, client_cpus, options.profile, options.top)
 
