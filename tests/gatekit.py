@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
-from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.gate.result import EvalgateGateResult, EvalgateRuleResult
 from pytest_evalgate.policy import load as gate_policy
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
@@ -61,7 +61,7 @@ def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> gate_po
     return gate_policy.EvalgateRule(kind, index, metric=name, limit=threshold)
 
 
-def by_name(result: gate.EvalgateGateResult) -> dict[str, gate.EvalgateRuleResult]:
+def by_name(result: EvalgateGateResult) -> dict[str, EvalgateRuleResult]:
     return {rule.name: rule for rule in result.rules}
 
 

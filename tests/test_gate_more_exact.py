@@ -15,6 +15,7 @@ from scipy import stats as sps
 from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.gate.result import EvalgateRuleResult
 from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
 from pytest_evalgate.policy import load as gate_policy
 
@@ -189,7 +190,7 @@ def test_policy_defaults_equal_the_files_defaults(tmp_path: Path) -> None:
 def test_verdict_and_exit_status_for_each_status(
     status: str, passes: list[bool], verdict: str, exit_status: int
 ) -> None:
-    results = [gate.EvalgateRuleResult(f"r{i}", "floor", p, "") for i, p in enumerate(passes)]
+    results = [EvalgateRuleResult(f"r{i}", "floor", p, "") for i, p in enumerate(passes)]
     assert gate.evalgate_verdict(status, results) == verdict
     assert gate.evalgate_exit_status(verdict, all(passes)) == exit_status
 

@@ -20,6 +20,7 @@ from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.gate.private import evalgate_gap_bootstrap, evalgate_gap_rule
+from pytest_evalgate.gate.result import EvalgateRuleResult, rule_seed
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.policy import load as gate_policy
 from pytest_evalgate.policy.load import evalgate_load_suite_policy
@@ -135,7 +136,7 @@ def _gap_rule(max_gap: float = 0.05) -> gate_policy.EvalgateRule:
     )
 
 
-def _evaluate(data: EvalgateGateInput) -> gate.EvalgateRuleResult:
+def _evaluate(data: EvalgateGateInput) -> EvalgateRuleResult:
     policy = gate_policy.EvalgatePolicy(version="t", rules=(_gap_rule(),), resamples=4000)
     (result,) = gate.evalgate_evaluate(policy, data).rules
     return result
@@ -160,7 +161,7 @@ def test_the_gate_result_equals_the_rule_module_with_the_rule_seed() -> None:
     direct = evalgate_gap_rule(
         data.candidate_scores - data.baseline_scores, data.categories, data.clusters,
         ["alpha", "beta"], ["held"], 0.05, confidence=0.95, resamples=4000,
-        seed=gate._seed(0, "public_private_gap[held]"),
+        seed=rule_seed(0, "public_private_gap[held]"),
     )  # fmt: skip
     assert (result.estimate, result.lo, result.hi) == (
         direct["estimate"], direct["lo"], direct["hi"],

@@ -12,6 +12,7 @@ from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.gate.result import EvalgateRuleResult
 from pytest_evalgate.policy import load as gate_policy
 
 
@@ -459,8 +460,8 @@ def test_results_are_deterministic_and_canonical_json_ready() -> None:
 # --------------------------------------------------------------------------- verdict
 
 
-def passed_result(ok: bool) -> gate.EvalgateRuleResult:
-    return gate.EvalgateRuleResult(name="r", rule="non_inferior", passed=ok, reason="")
+def passed_result(ok: bool) -> EvalgateRuleResult:
+    return EvalgateRuleResult(name="r", rule="non_inferior", passed=ok, reason="")
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from scipy import stats as sps
 
 from pytest_evalgate import stats
 from pytest_evalgate.gate import rules as gate
+from pytest_evalgate.gate.metrics import EVALGATE_AA_MIN_SAMPLES, evalgate_aa_noise
 
 # --------------------------------------------------------------------------- quality rules
 
@@ -266,15 +267,15 @@ def test_a_perf_regression_on_a_quiet_window_is_still_a_regression() -> None:
     cand = list(rng.normal(20, 0.4, 200))
     data = make(WORSE_BETTER, perf={"ttft": (cand, base)})
     (only,) = gate.evalgate_evaluate(policy(on_metric("perf_ratio", "ttft_p95", 1.25)), data).rules
-    assert gate.evalgate_aa_noise(np.asarray(base), 95, 1.25) is None
+    assert evalgate_aa_noise(np.asarray(base), 95, 1.25) is None
     assert only.reason.startswith("regression: ratio lower bound")
 
 
 def test_a_small_sample_is_left_to_too_little_evidence() -> None:
     base = np.asarray([1.0, 50.0] * 19)  # 19 per half: below the A/A minimum
-    assert gate.EVALGATE_AA_MIN_SAMPLES == 20
-    assert gate.evalgate_aa_noise(base, 95, 1.25) is None
-    assert gate.evalgate_aa_noise(np.concatenate([base, [1.0, 50.0, 50.0, 1.0]]), 95, 1.25)
+    assert EVALGATE_AA_MIN_SAMPLES == 20
+    assert evalgate_aa_noise(base, 95, 1.25) is None
+    assert evalgate_aa_noise(np.concatenate([base, [1.0, 50.0, 50.0, 1.0]]), 95, 1.25)
 
 
 def test_perf_ratio_without_one_side_is_not_evaluated() -> None:

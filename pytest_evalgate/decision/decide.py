@@ -45,8 +45,8 @@ from pytest_evalgate.errors import (
     EvalgateStorePathError,
 )
 from pytest_evalgate.gate import slo
+from pytest_evalgate.gate.result import EvalgateGateResult
 from pytest_evalgate.gate.rules import (
-    EvalgateGateResult,
     evalgate_evaluate,
     evalgate_exit_status,
     evalgate_verdict,

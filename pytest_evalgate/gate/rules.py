@@ -13,36 +13,42 @@ is the union of each category's resample (the suite's category mix is fixed by d
 sampled), which also reuses the per-category draws. If one cluster spans two categories the
 strata would split it, so ``all`` then falls back to a plain cluster bootstrap over the suite.
 
-Why one module of ~600 lines: one job, the evaluation of the paired and single rules over one
-gate input, sharing the per-slice bootstrap, the seeds and the multiplicity correction; the
-rules with their own statistics live apart (``gate_single``, ``gate_private``, ``gate_judge``).
+The result types and what every rule kind builds a result from are ``gate.result``; the metric
+rules (``perf_ratio``, ``perf_ratio_min``, ``max_delta``) are ``gate.metrics``; the rules with
+their own statistics live apart (``gate_single``, ``gate_private``, ``gate_judge``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Collection
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from pytest_evalgate import stats
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
-from pytest_evalgate.gate import slo
 from pytest_evalgate.gate.judge import EVALGATE_JUDGE_RULES, evalgate_judge_rule
+from pytest_evalgate.gate.metrics import max_delta_rule, perf_rule, rate_at_slo_rule
 from pytest_evalgate.gate.private import (
     evalgate_gap_name,
     evalgate_gap_rule,
+)
+from pytest_evalgate.gate.result import (
+    EvalgateGateInputLike,
+    EvalgateGateResult,
+    EvalgateRuleResult,
+    ExpandedRule,
+    base_result,
+    more_cases,
+    rule_seed,
 )
 from pytest_evalgate.gate.single import (
     evalgate_max_rate,
     evalgate_min_rate,
 )
-from pytest_evalgate.perf.metrics import SWEEP_KEYS
 from pytest_evalgate.policy.load import (
     EVALGATE_GAP_RULE,
     EVALGATE_QUALITY_RULES,
@@ -54,120 +60,7 @@ from pytest_evalgate.policy.load import (
     evalgate_unknown_category,
 )
 
-# --------------------------------------------------------------------------- gate input
-
-
-class EvalgateGateInputLike(Protocol):
-    """What ``evalgate_evaluate`` reads: the attributes of ``aggregate.EvalgateGateInput``."""
-
-    @property
-    def case_ids(self) -> tuple[str, ...]: ...
-    @property
-    def categories(self) -> npt.NDArray[Any]: ...
-    @property
-    def clusters(self) -> npt.NDArray[Any]: ...
-    @property
-    def candidate_scores(self) -> npt.NDArray[Any]: ...
-    @property
-    def baseline_scores(self) -> npt.NDArray[Any]: ...
-    @property
-    def candidate_fail_counts(self) -> npt.NDArray[Any]: ...
-    @property
-    def candidate_trials(self) -> npt.NDArray[Any]: ...
-    @property
-    def repetitions(self) -> tuple[int, int]: ...
-    @property
-    def perf(self) -> Mapping[str, tuple[npt.NDArray[Any], npt.NDArray[Any]]]: ...
-    @property
-    def error_rates(self) -> Mapping[str, tuple[int, int]]: ...
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class EvalgateRuleResult:
-    """One evaluated rule. NaN means "does not apply"; ``to_dict`` turns it into None.
-
-    ``lo``/``hi`` are the decision interval (cluster bootstrap percentiles for quality rules,
-    exact Clopper-Pearson bounds for floors, bootstrap for perf ratios); ``t_lo``/``t_hi`` the
-    clustered-SE t interval reported beside it. ``limit`` is the rule's number as gate.yaml
-    writes it, sign included (``policy.EvalgateRule.limit``: a margin stays positive), or
-    ``1 - confidence`` for no_regression's p-value; ``policy.evalgate_bound`` turns it into the
-    boundary on the estimate's scale (decision.json's ``threshold``, built in
-    ``report.record``). ``p_value`` is the one-sided bootstrap p for a drop (quality rules),
-    ``p_adjusted`` its corrected value (no_regression only).
-    """
-
-    name: str
-    rule: str
-    passed: bool
-    reason: str
-    slice: str | None = None
-    metric: str | None = None
-    evaluated: bool = True
-    n_cases: int = 0
-    n_clusters: int = 0
-    estimate: float = math.nan
-    lo: float = math.nan
-    hi: float = math.nan
-    se: float = math.nan
-    t_lo: float = math.nan
-    t_hi: float = math.nan
-    limit: float = math.nan
-    p_value: float = math.nan
-    p_adjusted: float = math.nan
-
-    def to_dict(self) -> dict[str, str | float | bool | None]:
-        """The result's own fields as builtins (``limit``, not decision.json's ``threshold``);
-        non-finite floats become None so canonical JSON accepts them."""
-        return {key: _finite_or_none(value) for key, value in dataclasses.asdict(self).items()}
-
-
-@dataclass(frozen=True)
-class EvalgateGateResult:
-    """All rule results of one evaluation, in policy order (``"*"`` expanded in sorted order)."""
-
-    rules: tuple[EvalgateRuleResult, ...]
-    policy_version: str
-    policy_digest: str
-    correction: str
-    confidence: float
-    selected: bool = field(default=False)
-
-    @property
-    def passed(self) -> bool:
-        """True when every evaluated rule passed (vacuously true with no rules)."""
-        return all(result.passed for result in self.rules)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Builtins of the results' own fields (decision.json's rules are built, with their
-        ``threshold``, by ``report.record``)."""
-        return {
-            "policy_version": self.policy_version,
-            "policy_digest": self.policy_digest,
-            "correction": self.correction,
-            "confidence": self.confidence,
-            "selected": self.selected,
-            "passed": self.passed,
-            "rules": [result.to_dict() for result in self.rules],
-        }
-
-
-def _finite_or_none(value: str | float | bool | None) -> str | float | bool | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 # --------------------------------------------------------------------------- evaluation
-
-
-@dataclass(frozen=True)
-class _Expanded:
-    name: str
-    rule: EvalgateRule
-    target: str  # the slice, or the metric for perf/max_delta rules
 
 
 def evalgate_evaluate(
@@ -194,12 +87,12 @@ def evalgate_evaluate(
     )
 
 
-def _expand(policy: EvalgatePolicy, gate_input: EvalgateGateInputLike) -> list[_Expanded]:
+def _expand(policy: EvalgatePolicy, gate_input: EvalgateGateInputLike) -> list[ExpandedRule]:
     categories = sorted({str(value) for value in gate_input.categories})
-    out: list[_Expanded] = []
+    out: list[ExpandedRule] = []
     for rule in policy.rules:
         for target in _targets(rule, categories, policy.source):
-            out.append(_Expanded(f"{rule.rule}[{target}]", rule, target))
+            out.append(ExpandedRule(f"{rule.rule}[{target}]", rule, target))
     return _unique_names(out)
 
 
@@ -216,10 +109,10 @@ def _targets(rule: EvalgateRule, categories: list[str], source: str) -> list[str
     raise EvalgatePolicyError(source, f"rules[{rule.index}].slice", reason)
 
 
-def _unique_names(items: list[_Expanded]) -> list[_Expanded]:
+def _unique_names(items: list[ExpandedRule]) -> list[ExpandedRule]:
     # A "*" rule and an explicit slice may expand to the same name; keep both, tell them apart.
     seen: set[str] = set()
-    out: list[_Expanded] = []
+    out: list[ExpandedRule] = []
     for item in items:
         name = item.name if item.name not in seen else f"{item.name}@rules[{item.rule.index}]"
         seen.add(name)
@@ -228,8 +121,8 @@ def _unique_names(items: list[_Expanded]) -> list[_Expanded]:
 
 
 def _select(
-    policy: EvalgatePolicy, items: list[_Expanded], selected: Collection[str] | None
-) -> list[_Expanded]:
+    policy: EvalgatePolicy, items: list[ExpandedRule], selected: Collection[str] | None
+) -> list[ExpandedRule]:
     if selected is None:
         return items
     names = {item.name for item in items}
@@ -241,7 +134,7 @@ def _select(
 
 
 def _evaluate_one(
-    item: _Expanded,
+    item: ExpandedRule,
     policy: EvalgatePolicy,
     gate_input: EvalgateGateInputLike,
     slices: _SliceStats,
@@ -252,16 +145,16 @@ def _evaluate_one(
     if kind == "floor":
         return _floor(item, policy, gate_input)
     if kind == "perf_ratio":
-        return _perf(item, policy, gate_input)
+        return perf_rule(item, policy, gate_input)
     if kind == "perf_ratio_min":
-        return _rate_at_slo(item, gate_input)
+        return rate_at_slo_rule(item, gate_input)
     if kind in EVALGATE_JUDGE_RULES:
         return _judge(item, policy, gate_input)
     if kind in ("min_rate", "max_rate"):
         return _single(item, policy, gate_input)
     if kind == EVALGATE_GAP_RULE:
         return _gap(item, policy, gate_input)
-    return _max_delta(item, policy, gate_input)
+    return max_delta_rule(item, policy, gate_input)
 
 
 # --------------------------------------------------------------------------- slice statistics
@@ -305,7 +198,7 @@ class _SliceStats:
         mask = np.ones(self._diffs.size, bool) if name == "all" else self._categories == name
         diffs, clusters = self._diffs[mask], self._clusters[mask]
         sums, sizes = stats.evalgate_cluster_sums(diffs, clusters)
-        seed = _seed(self._policy.seed, f"slice:{name}")
+        seed = rule_seed(self._policy.seed, f"slice:{name}")
         totals, counts = stats.evalgate_bootstrap_totals(sums, sizes, self._policy.resamples, seed)
         mean, se, dof = stats.evalgate_clustered_se(diffs, clusters)
         return _Slice(int(mask.sum()), sums.size, mean, se, dof, totals, counts)
@@ -323,17 +216,13 @@ class _SliceStats:
         return _Slice(self._diffs.size, clusters, mean, se, dof, totals, sizes)
 
 
-def _seed(seed: int, key: str) -> list[int]:
-    """Per-rule seed: the policy seed plus 64 bits of sha256(key), so rules draw independently."""
-    digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return [seed, int.from_bytes(digest[:8], "big")]
-
-
 # --------------------------------------------------------------------------- rule kinds
 
 
-def _quality(item: _Expanded, policy: EvalgatePolicy, data: _Slice) -> EvalgateRuleResult:
-    base = _base(item, n_cases=data.n_cases, n_clusters=data.n_clusters, estimate=data.estimate)
+def _quality(item: ExpandedRule, policy: EvalgatePolicy, data: _Slice) -> EvalgateRuleResult:
+    base = base_result(
+        item, n_cases=data.n_cases, n_clusters=data.n_clusters, estimate=data.estimate
+    )
     if data.n_clusters < 2:
         reason = f"not evaluated: {data.n_clusters} cluster(s); an interval needs at least 2"
         return dataclasses.replace(base, evaluated=False, reason=reason)
@@ -369,13 +258,7 @@ def _quality_failure(result: EvalgateRuleResult, bound: float, confidence: float
         return f"short of target: upper bound {result.hi:+.4f} <= {bound:+.4f}"
     variance = result.se**2 * result.n_cases  # design-effect variance of one case's difference
     needed = stats.evalgate_cases_needed(variance, result.estimate - bound, confidence)
-    return _more_cases(needed, result.n_cases, "cases")
-
-
-def _more_cases(needed: int | None, have: int, unit: str) -> str:
-    if needed is None:
-        return "too little evidence: the estimate sits on the threshold; no sample size settles it"
-    return f"too little evidence: about {max(1, needed - have)} more {unit} would settle it"
+    return more_cases(needed, result.n_cases, "cases")
 
 
 def _correct(results: list[EvalgateRuleResult], policy: EvalgatePolicy) -> list[EvalgateRuleResult]:
@@ -400,13 +283,13 @@ def _alarm(result: EvalgateRuleResult, p_adj: float, policy: EvalgatePolicy) -> 
 
 
 def _floor(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+    item: ExpandedRule, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
     mask = _slice_mask(gate_input, item.target)
     k = int(np.asarray(gate_input.candidate_fail_counts)[mask].sum())
     n = int(np.asarray(gate_input.candidate_trials)[mask].sum())
     clusters = np.unique(np.asarray(gate_input.clusters).astype(str)[mask]).size
-    base = _base(item, n_cases=int(mask.sum()), n_clusters=clusters)
+    base = base_result(item, n_cases=int(mask.sum()), n_clusters=clusters)
     if n == 0:
         return dataclasses.replace(base, evaluated=False, reason="not evaluated: no scored trials")
     one_sided = (1.0 + policy.confidence) / 2.0
@@ -431,7 +314,7 @@ def _floor_failure(k: int, n: int, result: EvalgateRuleResult, one_sided: float)
         rate = f"{k}/{n} failed, not below max_rate"
         return f"too little evidence: {rate}; more cases at this rate would not pass"
     per_case = n / max(result.n_cases, 1)
-    return _more_cases(math.ceil(needed / per_case), result.n_cases, "cases")
+    return more_cases(math.ceil(needed / per_case), result.n_cases, "cases")
 
 
 def _slice_mask(gate_input: EvalgateGateInputLike, name: str) -> npt.NDArray[np.bool_]:
@@ -440,7 +323,7 @@ def _slice_mask(gate_input: EvalgateGateInputLike, name: str) -> npt.NDArray[np.
 
 
 def _judge(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+    item: ExpandedRule, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
     numbers = evalgate_judge_rule(
         item.rule.rule,
@@ -449,170 +332,36 @@ def _judge(
         getattr(gate_input, "judge", None),
         confidence=policy.confidence,
         resamples=policy.resamples,
-        seed=_seed(policy.seed, item.name),
+        seed=rule_seed(policy.seed, item.name),
     )
-    return dataclasses.replace(_base(item), **numbers)
+    return dataclasses.replace(base_result(item), **numbers)
 
 
 def _gap(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+    item: ExpandedRule, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
     cand = np.asarray(gate_input.candidate_scores, dtype=np.float64)
     numbers = evalgate_gap_rule(
         cand - np.asarray(gate_input.baseline_scores, dtype=np.float64),
         gate_input.categories, gate_input.clusters, item.rule.public, item.rule.private,
         float(item.rule.limit or 0.0), confidence=policy.confidence,
-        resamples=policy.resamples, seed=_seed(policy.seed, item.name),
+        resamples=policy.resamples, seed=rule_seed(policy.seed, item.name),
     )  # fmt: skip
-    return dataclasses.replace(_base(item), metric=None, **numbers)
-
-
-def _base(
-    item: _Expanded,
-    *,
-    n_cases: int = 0,
-    n_clusters: int = 0,
-    estimate: float = math.nan,
-    limit: float = math.nan,
-) -> EvalgateRuleResult:
-    """A result of ``item`` that has not passed yet, with its counts (and estimate, limit)."""
-    is_slice = item.rule.slice is not None
-    return EvalgateRuleResult(
-        name=item.name,
-        rule=item.rule.rule,
-        passed=False,
-        reason="",
-        slice=item.target if is_slice else None,
-        metric=None if is_slice else item.target,
-        n_cases=n_cases,
-        n_clusters=n_clusters,
-        estimate=estimate,
-        limit=limit,
-    )
-
-
-def _perf(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
-) -> EvalgateRuleResult:
-    metric, _, level = item.target.rpartition("_")
-    cand, base_samples = gate_input.perf.get(metric, (np.empty(0), np.empty(0)))
-    cand, base_samples = np.asarray(cand, np.float64), np.asarray(base_samples, np.float64)
-    max_ratio = float(item.rule.limit or 0.0)
-    base = _base(item, n_cases=int(cand.size), limit=max_ratio)
-    if cand.size == 0 or base_samples.size == 0:
-        counts = f"candidate {cand.size}, baseline {base_samples.size}"
-        reason = f"not evaluated: no {metric} samples ({counts})"
-        return dataclasses.replace(base, evaluated=False, reason=reason)
-    q = float(level.lstrip("p"))
-    seed = _seed(policy.seed, f"perf:{item.target}")
-    est, lo, hi, boot = stats.evalgate_percentile_ratio_ci(
-        cand, base_samples, q, policy.resamples, seed, policy.confidence
-    )
-    numbers = dataclasses.replace(base, estimate=est, lo=lo, hi=hi)
-    if hi <= max_ratio:
-        return dataclasses.replace(
-            numbers, passed=True, reason=f"passes: ratio upper bound {hi:.4f} <= {max_ratio}"
-        )
-    noise = evalgate_aa_noise(base_samples, q, max_ratio)
-    if noise is not None:
-        return dataclasses.replace(numbers, reason=noise)
-    return dataclasses.replace(numbers, reason=_perf_failure(numbers, boot, policy.confidence))
-
-
-def _rate_at_slo(item: _Expanded, gate_input: EvalgateGateInputLike) -> EvalgateRuleResult:
-    """``max_rate_at_slo`` (``gate/slo.py``): the candidate's highest swept rate meeting the SLO
-    over the baseline's, at least ``min_ratio``."""
-    min_ratio = float(item.rule.limit or 0.0)
-    slo_limits = item.rule.slo or (math.inf, math.inf)
-    verdict = slo.evaluate(gate_input.perf, slo_limits, min_ratio)
-    steps = int(np.asarray(gate_input.perf.get(SWEEP_KEYS[0], (np.empty(0),))[0]).size)
-    base = _base(item, n_cases=steps, estimate=verdict.ratio, limit=min_ratio)
-    return dataclasses.replace(
-        base, evaluated=verdict.evaluated, passed=verdict.passed, reason=verdict.reason
-    )
-
-
-# Samples per half below which an A/A comparison is left out: its percentile is then mostly the
-# sample's own spread, which more samples settle ("too little evidence" says how many).
-EVALGATE_AA_MIN_SAMPLES = 20
-
-
-def evalgate_aa_noise(base: npt.NDArray[np.float64], q: float, max_ratio: float) -> str | None:
-    """ "Too noisy to judge" when the baseline against itself (an A/A comparison: its alternate
-    samples, which the load phase's paired arrivals spread over the same window) already differs
-    by the rule's whole margin: the machine's jitter, not the candidate, would then decide the
-    rule. None when the A/A ratio lies inside ``[1 / max_ratio, max_ratio]``, or when either
-    half has fewer than :data:`EVALGATE_AA_MIN_SAMPLES` samples (then the sample is small, and
-    "too little evidence" says how many more would settle it)."""
-    first, second = base[0::2], base[1::2]
-    if min(first.size, second.size) < EVALGATE_AA_MIN_SAMPLES or max_ratio <= 1.0:
-        return None
-    low = stats.evalgate_percentile(second, q)
-    aa = stats.evalgate_percentile(first, q) / low if low > 0 else math.inf
-    if 1.0 / max_ratio <= aa <= max_ratio:
-        return None
-    return (
-        f"too noisy to judge: the baseline against itself (A/A, alternate samples) gives ratio "
-        f"{aa:.4f}, outside [{1.0 / max_ratio:.4f}, {max_ratio}]: the measurement's jitter is "
-        "as large as the margin; rerun on a quieter machine or with a longer perf.duration_s"
-    )
-
-
-def _perf_failure(
-    result: EvalgateRuleResult, boot: npt.NDArray[np.float64], confidence: float
-) -> str:
-    if result.lo > result.limit:
-        return f"regression: ratio lower bound {result.lo:.4f} > max_ratio {result.limit}"
-    logs = np.log(boot[np.isfinite(boot) & (boot > 0)])
-    if logs.size < 2 or not (math.isfinite(result.estimate) and result.estimate > 0):
-        return _more_cases(None, result.n_cases, "samples")
-    variance = float(np.var(logs)) * result.n_cases  # the log-ratio SE scales as 1/sqrt(n)
-    delta = math.log(result.estimate) - math.log(result.limit)
-    return _more_cases(
-        stats.evalgate_cases_needed(variance, delta, confidence), result.n_cases, "samples"
-    )
-
-
-def _max_delta(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
-) -> EvalgateRuleResult:
-    max_delta = float(item.rule.limit or 0.0)
-    cand = _rate(gate_input.error_rates, policy.candidate, "candidate")
-    base_rate = _rate(gate_input.error_rates, str(policy.baseline), "baseline")
-    base = _base(item, limit=max_delta)
-    if cand is None or base_rate is None:
-        return dataclasses.replace(
-            base, evaluated=False, reason="not evaluated: no expected identities"
-        )
-    delta = cand - base_rate
-    numbers = dataclasses.replace(base, estimate=delta, passed=delta <= max_delta)
-    if numbers.passed:
-        return dataclasses.replace(
-            numbers, reason=f"passes: error rate delta {delta:+.4f} <= {max_delta}"
-        )
-    return dataclasses.replace(
-        numbers, reason=f"regression: error rate rose by {delta:+.4f} > {max_delta}"
-    )
-
-
-def _rate(rates: Mapping[str, tuple[int, int]], name: str, role: str) -> float | None:
-    # The contract keys error_rates by role; a policy naming its candidates may also key by name.
-    errored, expected = rates.get(role, rates.get(name, (0, 0)))
-    return errored / expected if expected else None
+    return dataclasses.replace(base_result(item), metric=None, **numbers)
 
 
 def _single(
-    item: _Expanded, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
+    item: ExpandedRule, policy: EvalgatePolicy, gate_input: EvalgateGateInputLike
 ) -> EvalgateRuleResult:
     limit = float(item.rule.limit or 0.0)
     if item.rule.rule == "max_rate":
         errored, expected = gate_input.error_rates.get("candidate", (0, 0))
-        return dataclasses.replace(_base(item), **evalgate_max_rate(errored, expected, limit))
+        return dataclasses.replace(base_result(item), **evalgate_max_rate(errored, expected, limit))
     mask = _slice_mask(gate_input, item.target)
     trials = int(np.asarray(gate_input.candidate_trials)[mask].sum())
     passed = trials - int(np.asarray(gate_input.candidate_fail_counts)[mask].sum())
     clusters = np.unique(np.asarray(gate_input.clusters).astype(str)[mask]).size
-    base = _base(item, n_cases=int(mask.sum()), n_clusters=clusters)
+    base = base_result(item, n_cases=int(mask.sum()), n_clusters=clusters)
     numbers = evalgate_min_rate(passed, trials, limit, policy.confidence)
     return dataclasses.replace(base, **numbers)
 

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from pytest_evalgate import __version__
 from pytest_evalgate.aggregate.combine import EvalgateAggregate
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
-from pytest_evalgate.gate.rules import EvalgateGateResult, EvalgateRuleResult
+from pytest_evalgate.gate.result import EvalgateGateResult, EvalgateRuleResult
 from pytest_evalgate.manifest.load import EvalgateCandidate, EvalgateManifest
 from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_bound, evalgate_policy_digest
 from pytest_evalgate.report.shape import (
