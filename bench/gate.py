@@ -23,7 +23,7 @@ import numpy as np
 from pytest_evalgate import stats
 from pytest_evalgate.aggregate.combine import EvalgateGateInput as BenchInput
 from pytest_evalgate.gate import rules as gate
-from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 
 CASES, CATEGORIES, CLUSTER, RESAMPLES = 40_000, 50, 4, 10_000
 
@@ -82,10 +82,10 @@ def lean_loop(data: BenchInput, resamples: int) -> float:
 def main() -> None:
     data = make_input()
     rules = (
-        gate_policy.EvalgateRule("non_inferior", 0, slice="all", threshold=0.02),
-        gate_policy.EvalgateRule("non_inferior", 1, slice="*", threshold=0.05),
+        policy_values.EvalgateRule("non_inferior", 0, slice="all", threshold=0.02),
+        policy_values.EvalgateRule("non_inferior", 1, slice="*", threshold=0.05),
     )
-    policy = gate_policy.EvalgatePolicy(version="bench", rules=rules, resamples=RESAMPLES, seed=0)
+    policy = policy_values.EvalgatePolicy(version="bench", rules=rules, resamples=RESAMPLES, seed=0)
     start = time.perf_counter()
     result = gate.evalgate_evaluate(policy, data)
     ours = time.perf_counter() - start

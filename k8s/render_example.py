@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from pytest_evalgate.k8s import kueue
-from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render, evalgate_to_yaml
+from pytest_evalgate.k8s.render import evalgate_render, evalgate_to_yaml
+from pytest_evalgate.k8s.render_types import EvalgateRenderOptions
 
 K8S_DIR = Path(__file__).resolve().parent
 EXAMPLE_SHARDS = 4

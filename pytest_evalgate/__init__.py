@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         EvalgateStoreError,
     )
     from pytest_evalgate.manifest.load import EvalgateManifest
-    from pytest_evalgate.policy.load import EvalgatePolicy
+    from pytest_evalgate.policy.values import EvalgatePolicy
     from pytest_evalgate.scoring import EvalgateScorer
     from pytest_evalgate.store import EvalgateIdentity, EvalgateRecord
 

@@ -9,7 +9,7 @@ from scipy import stats as sps
 
 from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.gate.result import EvalgateGateResult, EvalgateRuleResult
-from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 
 Z_SUM = float(sps.norm.ppf(0.975) + sps.norm.ppf(0.8))
 
@@ -46,19 +46,19 @@ def make(
     )
 
 
-def policy(*rules: gate_policy.EvalgateRule, **kwargs: object) -> gate_policy.EvalgatePolicy:
+def policy(*rules: policy_values.EvalgateRule, **kwargs: object) -> policy_values.EvalgatePolicy:
     kwargs.setdefault("resamples", 200)
-    return gate_policy.EvalgatePolicy(version="t", rules=rules, **kwargs)  # type: ignore[arg-type]
+    return policy_values.EvalgatePolicy(version="t", rules=rules, **kwargs)  # type: ignore[arg-type]
 
 
 def on_slice(
     kind: str, name: str, threshold: float | None = None, index: int = 0
-) -> gate_policy.EvalgateRule:
-    return gate_policy.EvalgateRule(kind, index, slice=name, limit=threshold)
+) -> policy_values.EvalgateRule:
+    return policy_values.EvalgateRule(kind, index, slice=name, limit=threshold)
 
 
-def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> gate_policy.EvalgateRule:
-    return gate_policy.EvalgateRule(kind, index, metric=name, limit=threshold)
+def on_metric(kind: str, name: str, threshold: float, index: int = 0) -> policy_values.EvalgateRule:
+    return policy_values.EvalgateRule(kind, index, metric=name, limit=threshold)
 
 
 def by_name(result: EvalgateGateResult) -> dict[str, EvalgateRuleResult]:

@@ -25,7 +25,7 @@ from pytest_evalgate.aggregate.combine import (
 )
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 from pytest_evalgate.store import (
     EvalgateLocalStore,
     EvalgateSegmentWriter,
@@ -182,9 +182,9 @@ def test_a_perf_rule_on_the_aggregated_input_sees_the_candidate_slower(
     # The named survivor: with the candidate's samples swapped for the baseline's, every ratio is 1.
     data = aggregate.gate_input
     assert data is not None
-    rule = gate_policy.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", limit=1.2)
+    rule = policy_values.EvalgateRule("perf_ratio", 0, metric="output_tokens_p50", limit=1.2)
     (only,) = gate.evalgate_evaluate(
-        gate_policy.EvalgatePolicy("t", (rule,), resamples=200), data
+        policy_values.EvalgatePolicy("t", (rule,), resamples=200), data
     ).rules
     cand = np.percentile([tokens("candidate", i, r) for i, r in results("candidate")], 50,
                          method="inverted_cdf")  # fmt: skip

@@ -14,7 +14,7 @@ from scipy import stats as sps
 from pytest_evalgate import stats
 from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
 from pytest_evalgate.gate import rules as gate
-from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 
 
 def clustered_diffs(
@@ -71,12 +71,12 @@ def gate_input(diffs: np.ndarray, labels: np.ndarray, categories: np.ndarray) ->
 
 def test_non_inferior_false_pass_rate_is_at_most_alpha_at_the_margin() -> None:
     margin = 0.05
-    rules = (gate_policy.EvalgateRule("non_inferior", 0, slice="all", limit=margin),)
+    rules = (policy_values.EvalgateRule("non_inferior", 0, slice="all", limit=margin),)
     rng = np.random.default_rng(99)
     runs, passes = 800, 0
     for run in range(runs):
         diffs, labels = clustered_diffs(rng, 100, effect=-margin)  # truly at -margin: must fail
-        policy = gate_policy.EvalgatePolicy(version="cal", rules=rules, resamples=1_000, seed=run)
+        policy = policy_values.EvalgatePolicy(version="cal", rules=rules, resamples=1_000, seed=run)
         data = gate_input(diffs, labels, np.full(diffs.size, "all-cases"))
         passes += gate.evalgate_evaluate(policy, data).rules[0].passed
     # The lower bound is one-sided 2.5 %; the false-pass rate must stay there (plus MC error).
@@ -111,9 +111,9 @@ def test_end_to_end_no_regression_star_with_holm_and_without() -> None:
         diffs = rng.normal(0.0, 1.0, 200 * 40)
         labels = np.arange(diffs.size)
         data = gate_input(diffs, labels, np.repeat(cats, 40))
-        rules = (gate_policy.EvalgateRule("no_regression", 0, slice="*"),)
+        rules = (policy_values.EvalgateRule("no_regression", 0, slice="*"),)
         for correction in ("holm", "none"):
-            policy = gate_policy.EvalgatePolicy(
+            policy = policy_values.EvalgatePolicy(
                 "cal", rules, correction=correction, resamples=2_000, seed=run
             )
             alarms = sum(not r.passed for r in gate.evalgate_evaluate(policy, data).rules)

@@ -30,6 +30,7 @@ from pytest_evalgate.canary.analysis import evalgate_conditions
 from pytest_evalgate.canary.rollout import evalgate_rollback_patch
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 from pytest_evalgate.policy.online import EVALGATE_ONLINE_METRICS, EvalgateOnlineRule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def validate(obj: JSON, schemas: Validators) -> None:
     schemas[(obj["apiVersion"], obj["kind"])].validate(obj)
 
 
-def support_policy() -> gate_policy.EvalgatePolicy:
+def support_policy() -> policy_values.EvalgatePolicy:
     return gate_policy.evalgate_load_policy(SUPPORT_GATE)
 
 
@@ -194,7 +195,7 @@ def test_template_has_one_metric_per_rule_with_its_numbers() -> None:
     assert rendered["kind"] == "AnalysisTemplate"
     assert rendered["metadata"]["namespace"] == "serve-support"
     annotations = rendered["metadata"]["annotations"]
-    assert annotations["evalgate.dev/policy-digest"] == gate_policy.evalgate_policy_digest(policy)
+    assert annotations["evalgate.dev/policy-digest"] == policy_values.evalgate_policy_digest(policy)
     metrics = rendered["spec"]["metrics"]
     assert [m["name"] for m in metrics] == [r.metric for r in policy.online]
     for metric, online in zip(metrics, policy.online, strict=True):

@@ -18,6 +18,7 @@ from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.gate.result import EvalgateRuleResult
 from pytest_evalgate.judge.pairwise import EvalgatePairwiseCases
 from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 
 # --------------------------------------------------------------------------- single-model rules
 
@@ -101,7 +102,7 @@ def test_pairwise_reads_its_slice_and_names_the_judge() -> None:
         policy(on_slice("pairwise", "alpha", 0.1), on_slice("pairwise", "beta", 0.5, 1)), judged()
     ).rules
     assert (alpha.estimate, alpha.lo, alpha.hi, alpha.limit) == (1.0, 1.0, 1.0, 0.1)
-    assert gate_policy.evalgate_bound(alpha.rule, alpha.limit) == -0.1  # a margin is slack
+    assert policy_values.evalgate_bound(alpha.rule, alpha.limit) == -0.1  # a margin is slack
     assert alpha.passed and (alpha.n_cases, alpha.n_clusters) == (4, 4)
     assert alpha.reason == (
         "passes: net win rate +1.0000, lower bound +1.0000 > -0.1000 "
@@ -111,7 +112,7 @@ def test_pairwise_reads_its_slice_and_names_the_judge() -> None:
 
 
 def test_judge_agreement_passes_on_the_lower_bound_and_blames_the_judge() -> None:
-    rule = gate_policy.EvalgateRule("judge_agreement", 0, metric="kappa", limit=0.4)
+    rule = policy_values.EvalgateRule("judge_agreement", 0, metric="kappa", limit=0.4)
     good = SimpleNamespace(n=30, kappa=0.7, lo=0.4, hi=0.9)
     bad = SimpleNamespace(n=30, kappa=0.5, lo=0.3, hi=0.7)
     (ok,) = gate.evalgate_evaluate(policy(rule), judged(good)).rules
@@ -162,7 +163,7 @@ def test_policy_defaults_equal_the_files_defaults(tmp_path: Path) -> None:
     path = tmp_path / "gate.yaml"
     path.write_text("version: v\nrules: [{slice: all, rule: no_regression}]\n")
     loaded = gate_policy.evalgate_load_policy(path)
-    built = gate_policy.EvalgatePolicy("v", loaded.rules)
+    built = policy_values.EvalgatePolicy("v", loaded.rules)
     assert built.to_dict() == loaded.to_dict()
     assert (built.resamples, built.seed, built.confidence, built.correction) == (
         10_000,

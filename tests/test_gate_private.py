@@ -23,6 +23,7 @@ from pytest_evalgate.gate.private import evalgate_gap_bootstrap, evalgate_gap_ru
 from pytest_evalgate.gate.result import EvalgateRuleResult, rule_seed
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 from pytest_evalgate.policy.load import evalgate_load_suite_policy
 
 GAP = {"rule": "public_private_gap", "public": ["alpha", "beta"], "private": ["held"]}
@@ -130,14 +131,14 @@ def _input(cand_public: float, cand_private: float, n: int = 600) -> EvalgateGat
     )
 
 
-def _gap_rule(max_gap: float = 0.05) -> gate_policy.EvalgateRule:
-    return gate_policy.EvalgateRule(
+def _gap_rule(max_gap: float = 0.05) -> policy_values.EvalgateRule:
+    return policy_values.EvalgateRule(
         "public_private_gap", 0, limit=max_gap, public=("alpha", "beta"), private=("held",)
     )
 
 
 def _evaluate(data: EvalgateGateInput) -> EvalgateRuleResult:
-    policy = gate_policy.EvalgatePolicy(version="t", rules=(_gap_rule(),), resamples=4000)
+    policy = policy_values.EvalgatePolicy(version="t", rules=(_gap_rule(),), resamples=4000)
     (result,) = gate.evalgate_evaluate(policy, data).rules
     return result
 
@@ -192,7 +193,9 @@ def test_the_rule_loads_and_keeps_its_groups_in_the_digest(tmp_path: Path) -> No
     assert (rule.public, rule.private, rule.limit) == (("alpha", "beta"), ("held",), 0.05)
     assert rule.to_dict() == {**GAP, "max_gap": 0.05}
     other = gate_policy.evalgate_load_policy(_policy(tmp_path, _rule(private=["beta2"])))
-    assert gate_policy.evalgate_policy_digest(policy) != gate_policy.evalgate_policy_digest(other)
+    assert policy_values.evalgate_policy_digest(policy) != policy_values.evalgate_policy_digest(
+        other
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.gate.result import EvalgateRuleResult
 from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 
 
 def make_input(
@@ -46,17 +47,17 @@ def make_input(
 
 
 def policy(
-    *rules: gate_policy.EvalgateRule, resamples: int = 2_000, **kwargs: object
-) -> gate_policy.EvalgatePolicy:
-    return gate_policy.EvalgatePolicy(version="t", rules=rules, resamples=resamples, **kwargs)  # type: ignore[arg-type]
+    *rules: policy_values.EvalgateRule, resamples: int = 2_000, **kwargs: object
+) -> policy_values.EvalgatePolicy:
+    return policy_values.EvalgatePolicy(version="t", rules=rules, resamples=resamples, **kwargs)  # type: ignore[arg-type]
 
 
 def rule(
     kind: str, target: str, threshold: float | None = None, index: int = 0
-) -> gate_policy.EvalgateRule:
+) -> policy_values.EvalgateRule:
     if kind in ("perf_ratio", "max_delta"):
-        return gate_policy.EvalgateRule(kind, index, metric=target, limit=threshold)
-    return gate_policy.EvalgateRule(kind, index, slice=target, limit=threshold)
+        return policy_values.EvalgateRule(kind, index, metric=target, limit=threshold)
+    return policy_values.EvalgateRule(kind, index, slice=target, limit=threshold)
 
 
 # --------------------------------------------------------------------------- policy parsing
@@ -94,10 +95,10 @@ def test_spec_policy_loads_with_every_key(tmp_path: Path) -> None:
         "must_improve",
         "no_regression",
     ]
-    assert loaded.rules[1] == gate_policy.EvalgateRule(
+    assert loaded.rules[1] == policy_values.EvalgateRule(
         "non_inferior", 1, slice="billing", limit=0.02
     )
-    assert loaded.rules[5] == gate_policy.EvalgateRule(
+    assert loaded.rules[5] == policy_values.EvalgateRule(
         "perf_ratio", 5, metric="ttft_p95", limit=1.05
     )
     assert loaded.rules[3].limit is None
@@ -113,15 +114,15 @@ def test_policy_defaults_and_names(tmp_path: Path) -> None:
 
 
 def test_policy_digest_ignores_layout_and_comments_but_not_values(tmp_path: Path) -> None:
-    first = gate_policy.evalgate_policy_digest(
+    first = policy_values.evalgate_policy_digest(
         gate_policy.evalgate_load_policy(write(tmp_path, SPEC_POLICY))
     )
     relaid = SPEC_POLICY.replace("# two-sided interval", "").replace("all,       ", "all, ")
-    second = gate_policy.evalgate_policy_digest(
+    second = policy_values.evalgate_policy_digest(
         gate_policy.evalgate_load_policy(write(tmp_path, relaid))
     )
     changed = SPEC_POLICY.replace("margin: 0.02", "margin: 0.03")
-    third = gate_policy.evalgate_policy_digest(
+    third = policy_values.evalgate_policy_digest(
         gate_policy.evalgate_load_policy(write(tmp_path, changed))
     )
     assert first == second != third
@@ -289,7 +290,7 @@ def test_equal_quality_passes_non_inferior() -> None:
         only.hi, abs=0.004
     )
     assert (only.n_cases, only.n_clusters, only.limit) == (9_000, 2_250, 0.02)  # the margin
-    assert gate_policy.evalgate_bound(only.rule, only.limit) == -0.02
+    assert policy_values.evalgate_bound(only.rule, only.limit) == -0.02
     assert only.reason.startswith("passes")
 
 
@@ -454,7 +455,7 @@ def test_results_are_deterministic_and_canonical_json_ready() -> None:
     evalgate_canonical_json(first)  # raises on NaN/inf or non-builtins
     assert first["rules"][1]["lo"] is None and first[
         "policy_digest"
-    ] == gate_policy.evalgate_policy_digest(rules)
+    ] == policy_values.evalgate_policy_digest(rules)
 
 
 # --------------------------------------------------------------------------- verdict

@@ -28,7 +28,8 @@ from test_store import EXPECT, PREFIX, record
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
-from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_load_policy
+from pytest_evalgate.policy.load import evalgate_load_policy
+from pytest_evalgate.policy.values import EvalgatePolicy
 from pytest_evalgate.store import EvalgateLocalStore, evalgate_read_generation, evalgate_seal
 from pytest_evalgate.store.records import evalgate_seal_line
 

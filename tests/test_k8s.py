@@ -30,7 +30,8 @@ import yaml
 
 from pytest_evalgate.cli import main as cli_main
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateK8sError
-from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s.render import evalgate_render
+from pytest_evalgate.k8s.render_types import EvalgateRenderOptions
 from pytest_evalgate.k8s.run import (
     evalgate_api,
     evalgate_index_phases,

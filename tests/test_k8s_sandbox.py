@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pytest_evalgate.k8s.render import evalgate_container_security, evalgate_render
+from pytest_evalgate.k8s.render import evalgate_render
+from pytest_evalgate.k8s.render_types import evalgate_container_security
 from pytest_evalgate.k8s.sandbox import EVALGATE_SECCOMP_PROFILE, evalgate_sandbox_pod
 from pytest_evalgate.manifest.code import EvalgateSandboxBlock
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest

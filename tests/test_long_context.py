@@ -15,7 +15,7 @@ from suitekit import make_cases, make_choice_cases, write_suite
 
 from pytest_evalgate.cli.main import main
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.k8s.render import evalgate_serving_args
+from pytest_evalgate.k8s.serving import evalgate_serving_args
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 
 PIN = {"weights_digest": "sha256:" + "ab" * 32, "max_model_len": 64}

@@ -12,6 +12,7 @@ from pytest_evalgate.aggregate.combine import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.policy import load as gate_policy
+from pytest_evalgate.policy import values as policy_values
 from pytest_evalgate.policy.online import (
     EVALGATE_ONLINE_METRICS,
     EvalgateOnlineRule,
@@ -72,12 +73,14 @@ def test_to_dict_round_trips_through_the_loader(tmp_path: Path) -> None:
 def test_a_policy_without_online_rules_keeps_its_digest(tmp_path: Path) -> None:
     plain = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE))
     assert plain.online == () and "online" not in plain.to_dict()
-    hand_made = gate_policy.EvalgatePolicy(version="t", rules=plain.rules)
-    assert gate_policy.evalgate_policy_digest(plain) == gate_policy.evalgate_policy_digest(
+    hand_made = policy_values.EvalgatePolicy(version="t", rules=plain.rules)
+    assert policy_values.evalgate_policy_digest(plain) == policy_values.evalgate_policy_digest(
         hand_made
     )
     empty = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE + "online: []\n"))
-    assert gate_policy.evalgate_policy_digest(empty) == gate_policy.evalgate_policy_digest(plain)
+    assert policy_values.evalgate_policy_digest(empty) == policy_values.evalgate_policy_digest(
+        plain
+    )
 
 
 def test_online_rules_are_part_of_the_policy_digest(tmp_path: Path) -> None:
@@ -86,7 +89,7 @@ def test_online_rules_are_part_of_the_policy_digest(tmp_path: Path) -> None:
         write(tmp_path, OFFLINE + ONLINE.replace("1.15", "1.2"))
     )
     plain = gate_policy.evalgate_load_policy(write(tmp_path, OFFLINE))
-    digests = {gate_policy.evalgate_policy_digest(p) for p in (with_online, looser, plain)}
+    digests = {policy_values.evalgate_policy_digest(p) for p in (with_online, looser, plain)}
     assert len(digests) == 3
 
 

@@ -47,7 +47,7 @@ from pytest_evalgate.perf.result import (
     evalgate_merge_perf,
     evalgate_perf_from_dict,
 )
-from pytest_evalgate.policy.load import EvalgatePolicy, EvalgateRule
+from pytest_evalgate.policy.values import EvalgatePolicy, EvalgateRule
 from pytest_evalgate.simulated import evalgate_parse_simulated_url
 from pytest_evalgate.simulated.server import EvalgateSimServer
 

@@ -27,7 +27,8 @@ from pytest_evalgate.k8s.polyaxon_check import (
     evalgate_check_polyaxonfiles,
     evalgate_template_names,
 )
-from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s.render import evalgate_render
+from pytest_evalgate.k8s.render_types import EvalgateRenderOptions
 from pytest_evalgate.k8s.store import EvalgateS3RenderOptions
 from pytest_evalgate.manifest.code import EvalgateSandboxBlock
 

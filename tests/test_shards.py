@@ -29,7 +29,8 @@ from assertkit import evalgate_decision_exit
 from suitekit import make_cases, write_suite
 
 from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
-from pytest_evalgate.k8s.render import EVALGATE_STORE_MOUNT, EvalgateRenderOptions, evalgate_render
+from pytest_evalgate.k8s.render import evalgate_render
+from pytest_evalgate.k8s.render_types import EVALGATE_STORE_MOUNT, EvalgateRenderOptions
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.shard.plan import shard_for
 from pytest_evalgate.store import EvalgateIdentity, EvalgateLocalStore

@@ -33,7 +33,8 @@ from pytest_evalgate.attest.dsse import evalgate_statement, evalgate_write_envel
 from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_generate_key
 from pytest_evalgate.cli.admission import EVALGATE_ADMISSION_HOST_ENV, EVALGATE_ADMISSION_READY
 from pytest_evalgate.decision.weights import EVALGATE_WEIGHTS_VERIFIED_ENV
-from pytest_evalgate.policy.load import evalgate_load_policy, evalgate_policy_digest
+from pytest_evalgate.policy.load import evalgate_load_policy
+from pytest_evalgate.policy.values import evalgate_policy_digest
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = REPO / "suites" / "tiny"

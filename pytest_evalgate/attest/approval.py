@@ -2,7 +2,7 @@
 
 An approval is an in-toto statement (predicateType :data:`EVALGATE_APPROVAL_TYPE`) whose
 subject is ``policy/<version>`` with the policy's digest (the sha256 of its canonical JSON,
-``policy.load.evalgate_policy_digest``: what the rules say, not the file's layout or comments),
+``policy.values.evalgate_policy_digest``: what the rules say, not the file's layout or comments),
 signed in a DSSE envelope kept beside the policy as ``<stem>.approval.dsse.json``.
 
 Contracts:

@@ -15,8 +15,8 @@ from typing import Any
 
 from pytest_evalgate.canary.promql import evalgate_rule_query
 from pytest_evalgate.errors import EvalgatePolicyError
-from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_policy_digest
 from pytest_evalgate.policy.online import EvalgateOnlineRule
+from pytest_evalgate.policy.values import EvalgatePolicy, evalgate_policy_digest
 
 EVALGATE_MANAGED_BY = {"app.kubernetes.io/managed-by": "evalgate"}
 

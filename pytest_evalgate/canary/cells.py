@@ -38,8 +38,8 @@ from pytest_evalgate.canary.rollout import (
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateYamlError
 from pytest_evalgate.formats.strictmodel import EVALGATE_STRICT_MODEL
 from pytest_evalgate.formats.yamlread import evalgate_load_yaml
-from pytest_evalgate.policy.load import EvalgatePolicy
 from pytest_evalgate.policy.online import EVALGATE_DURATION_PATTERN
+from pytest_evalgate.policy.values import EvalgatePolicy
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 

@@ -29,8 +29,8 @@ from pytest_evalgate.canary.plan import (
 )
 from pytest_evalgate.canary.promql import evalgate_rule_query, evalgate_traffic_query
 from pytest_evalgate.errors import EvalgatePrometheusError
-from pytest_evalgate.policy.load import EvalgatePolicy
 from pytest_evalgate.policy.online import EvalgateOnlineRule, evalgate_duration_seconds
+from pytest_evalgate.policy.values import EvalgatePolicy
 
 EVALGATE_CHECK_PASS = "pass"
 EVALGATE_CHECK_FAIL = "fail"

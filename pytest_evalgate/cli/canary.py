@@ -24,7 +24,7 @@ from pytest_evalgate.cli.command import EvalgateCommand
 if TYPE_CHECKING:
     from pytest_evalgate.canary import EvalgateRolloutOptions
     from pytest_evalgate.manifest.load import EvalgateManifest
-    from pytest_evalgate.policy.load import EvalgatePolicy
+    from pytest_evalgate.policy.values import EvalgatePolicy
 
 EVALGATE_DEFAULT_PROMETHEUS = "http://prometheus-operated.monitoring.svc:9090"
 

@@ -99,7 +99,8 @@ def _run(args: argparse.Namespace) -> bool:
 
 def _render(args: argparse.Namespace) -> list[dict[str, Any]]:
     from pytest_evalgate.k8s import kueue
-    from pytest_evalgate.k8s.render import EvalgateRenderOptions, evalgate_render
+    from pytest_evalgate.k8s.render import evalgate_render
+    from pytest_evalgate.k8s.render_types import EvalgateRenderOptions
     from pytest_evalgate.manifest.load import evalgate_load_manifest, evalgate_manifest_path
     from pytest_evalgate.shard.plan import evalgate_manifest_plan
 

@@ -51,7 +51,8 @@ def _approve(args: argparse.Namespace) -> bool:
     from pytest_evalgate.attest.override import evalgate_parse_time
     from pytest_evalgate.attest.trust import evalgate_load_trust
     from pytest_evalgate.errors import EvalgateConfigError, EvalgateSignatureError
-    from pytest_evalgate.policy.load import evalgate_load_policy, evalgate_policy_digest
+    from pytest_evalgate.policy.load import evalgate_load_policy
+    from pytest_evalgate.policy.values import evalgate_policy_digest
 
     policy = evalgate_load_policy(args.policy)
     digest = evalgate_policy_digest(policy)
@@ -86,7 +87,8 @@ def _show(args: argparse.Namespace) -> bool:
     )
     from pytest_evalgate.attest.trust import evalgate_load_trust
     from pytest_evalgate.errors import EvalgateSignatureError
-    from pytest_evalgate.policy.load import evalgate_load_policy, evalgate_policy_digest
+    from pytest_evalgate.policy.load import evalgate_load_policy
+    from pytest_evalgate.policy.values import evalgate_policy_digest
 
     policy = evalgate_load_policy(args.policy)
     digest = evalgate_policy_digest(policy)

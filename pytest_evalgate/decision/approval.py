@@ -15,7 +15,7 @@ from pytest_evalgate.attest.approval import evalgate_approval_path, evalgate_rea
 from pytest_evalgate.attest.dsse import evalgate_load_envelope
 from pytest_evalgate.attest.trust import EvalgateTrust
 from pytest_evalgate.errors import EvalgateSignatureError
-from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_policy_digest
+from pytest_evalgate.policy.values import EvalgatePolicy, evalgate_policy_digest
 from pytest_evalgate.report.shape import EvalgateJSON, EvalgatePolicyApprovalRecord
 
 

@@ -60,7 +60,8 @@ from pytest_evalgate.manifest.tiers import (
     evalgate_tier_spec,
 )
 from pytest_evalgate.perf.result import EvalgatePerfResult, evalgate_merge_perf
-from pytest_evalgate.policy.load import EvalgatePolicy, EvalgateSuitePolicy
+from pytest_evalgate.policy.load import EvalgateSuitePolicy
+from pytest_evalgate.policy.values import EvalgatePolicy
 from pytest_evalgate.report import (
     EVALGATE_ENVELOPE_NAME,
     EvalgateReportContext,

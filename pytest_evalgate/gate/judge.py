@@ -28,7 +28,7 @@ from pytest_evalgate.judge.pairwise import (
     evalgate_net_win_rate,
     evalgate_pairwise_slice,
 )
-from pytest_evalgate.policy.load import evalgate_bound
+from pytest_evalgate.policy.values import evalgate_bound
 from pytest_evalgate.stats import EvalgateSeed
 
 EVALGATE_JUDGE_RULES = ("pairwise", "judge_agreement")

@@ -26,7 +26,7 @@ from pytest_evalgate.gate.result import (
     rule_seed,
 )
 from pytest_evalgate.perf.metrics import SWEEP_KEYS
-from pytest_evalgate.policy.load import EvalgatePolicy
+from pytest_evalgate.policy.values import EvalgatePolicy
 
 
 def perf_rule(

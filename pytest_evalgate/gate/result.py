@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy.typing as npt
 
-from pytest_evalgate.policy.load import EvalgateRule
+from pytest_evalgate.policy.values import EvalgateRule
 
 # --------------------------------------------------------------------------- gate input
 

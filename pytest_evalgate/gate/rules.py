@@ -49,7 +49,8 @@ from pytest_evalgate.gate.single import (
     evalgate_max_rate,
     evalgate_min_rate,
 )
-from pytest_evalgate.policy.load import (
+from pytest_evalgate.policy.checks import evalgate_unknown_category
+from pytest_evalgate.policy.values import (
     EVALGATE_GAP_RULE,
     EVALGATE_QUALITY_RULES,
     EVALGATE_VERDICTS,
@@ -57,7 +58,6 @@ from pytest_evalgate.policy.load import (
     EvalgateRule,
     evalgate_bound,
     evalgate_policy_digest,
-    evalgate_unknown_category,
 )
 
 # --------------------------------------------------------------------------- evaluation

@@ -33,12 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.k8s.render import (
-    EvalgateManifestLike,
-    EvalgateRenderOptions,
-    evalgate_render,
-    evalgate_suite_slug,
-)
+from pytest_evalgate.k8s.render import evalgate_render, evalgate_suite_slug
+from pytest_evalgate.k8s.render_types import EvalgateManifestLike, EvalgateRenderOptions
 from pytest_evalgate.k8s.store import EvalgateS3RenderOptions, evalgate_s3_store_objects
 from pytest_evalgate.manifest.revision import EVALGATE_DEFINITION_ENV
 

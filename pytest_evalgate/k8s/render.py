@@ -10,12 +10,9 @@ it loads the weights the way production does, from an OCI image volume pinned by
 ``ImageVolume`` feature gate, on by default from 1.35) or, with ``weights_claim``, from a
 read-only PVC a digest-checking Job prepared (docs/kubernetes.md).
 
-Running the objects through the API is ``k8s_run``'s job.
-
-Why one module of ~420 lines: its job is one set of objects rendered from one manifest (the
-Indexed Job, the aggregation Job, their pod, volumes and the serving sidecar), and the sidecar
-shares the render types, the security context and the mount constants with the pod. Moving the
-sidecar out needs a module of those shared types first: left for the sidecar's next change.
+Running the objects through the API is ``k8s_run``'s job. The serving sidecar and the weights'
+volume and verification are ``k8s.serving``; the types, mount constants and security context
+both share are ``k8s.render_types``.
 """
 
 from __future__ import annotations
@@ -23,78 +20,30 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.k8s import kueue
+from pytest_evalgate.k8s.render_types import (
+    EVALGATE_SIDECAR_PORT,
+    EVALGATE_STORE_MOUNT,
+    EvalgateManifestLike,
+    EvalgateRenderOptions,
+    evalgate_container_security,
+)
 from pytest_evalgate.k8s.sandbox import evalgate_sandbox_pod
+from pytest_evalgate.k8s.serving import (
+    evalgate_sidecar,
+    evalgate_verify_weights,
+    evalgate_weights_volume,
+    evalgate_with_verification,
+)
 from pytest_evalgate.manifest.load import evalgate_base_url_env
-from pytest_evalgate.manifest.pins import EVALGATE_WEIGHTS_VERIFIED_ENV, evalgate_weights_image
 from pytest_evalgate.manifest.tiers import evalgate_tier_spec
 
-EVALGATE_STORE_MOUNT = "/store"
-EVALGATE_SIDECAR_PORT = 8000
-EVALGATE_WEIGHTS_MOUNT = "/weights"
-EVALGATE_TRUST_MOUNT = "/etc/evalgate/trust"
-EVALGATE_RUN_MOUNT = "/var/run/evalgate"
-EVALGATE_VERIFIED_RECORD = f"{EVALGATE_RUN_MOUNT}/weights-verified.json"
 EVALGATE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-_DIGEST_IMAGE = re.compile(r"^[^\s@]+@sha256:[0-9a-f]{64}$")
 _JSON = dict[str, Any]
-
-
-class EvalgateCandidateLike(Protocol):
-    """What rendering needs of a candidate (``manifest.EvalgateCandidate`` fits)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def api_key_env(self) -> str | None: ...
-    @property
-    def pins(self) -> Mapping[str, Any]: ...
-
-
-class EvalgateManifestLike(Protocol):
-    """What rendering needs of a manifest (``manifest.EvalgateManifest`` fits)."""
-
-    @property
-    def path(self) -> str: ...
-    @property
-    def suite(self) -> str: ...
-    @property
-    def suite_dir(self) -> str: ...
-    @property
-    def definition_digest(self) -> str: ...
-    @property
-    def candidates(self) -> Mapping[str, EvalgateCandidateLike]: ...
-
-
-@dataclass(frozen=True)
-class EvalgateRenderOptions:
-    """Knobs of a render that are not in the manifest; the defaults match ``k8s/base``."""
-
-    namespace: str = "evalgate"
-    queue: str | None = "evalgate"
-    priority_class: str = "evalgate"
-    store_claim: str = "evalgate-store"
-    service_account: str = "evalgate"
-    api_key_secret: str = "evalgate-api-keys"
-    backoff_limit_per_index: int = 3
-    sidecar_candidate: str = "candidate"
-    suite_path: str | None = None
-    weights_claim: str | None = None
-    trust_configmap: str = "evalgate-trust"  # holds trust.yaml (weights verification)
-    # Kueue (k8s/kueue.py): the GPU serving queue of sidecar workers (CPU Jobs use ``queue``),
-    # the tier a run narrows to, its WorkloadPriorityClass (None: checkpoint for a tier run,
-    # release candidate for the full suite) and the serving SKU's node labels (nodeSelector)
-    serving_queue: str = "evalgate-serving"
-    tier: str | None = None
-    priority: str | None = None
-    node_selector: Mapping[str, str] | None = None
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -126,7 +75,7 @@ def evalgate_render(
     )
     if opts.tier is not None:  # an unknown tier would make every pod exit 4
         evalgate_tier_spec(getattr(manifest, "tiers", {}), opts.tier, manifest.path)
-    sidecar = _sidecar(manifest, opts) if serving_sidecar else None
+    sidecar = evalgate_sidecar(manifest, opts) if serving_sidecar else None
     return [
         _worker_job(manifest, shards, image, opts, sidecar),
         _aggregate_job(manifest, image, opts, verify=serving_sidecar),
@@ -212,11 +161,11 @@ def _aggregate_job(
         "no:cacheprovider",
     ]
     pod = _pod_spec(manifest, image, command, opts, None)
-    check = _verify_weights(manifest, image, opts) if verify else None
+    check = evalgate_verify_weights(manifest, image, opts) if verify else None
     if check is not None:
         pod["initContainers"] = [check]
-        pod["volumes"] = [*pod["volumes"], _weights_volume(manifest, opts)]
-        _with_verification(pod, opts)
+        pod["volumes"] = [*pod["volumes"], evalgate_weights_volume(manifest, opts)]
+        evalgate_with_verification(pod, opts)
     spec = {
         "completions": 1,
         "parallelism": 1,
@@ -304,75 +253,17 @@ def _pod_spec(
         "priorityClassName": opts.priority_class,
         "securityContext": _pod_security(),
         "containers": [harness],
-        "volumes": _volumes(opts, None if sidecar is None else _weights_volume(manifest, opts)),
+        "volumes": _volumes(
+            opts, None if sidecar is None else evalgate_weights_volume(manifest, opts)
+        ),
     }
     if sidecar is not None:
         pod["initContainers"] = [sidecar]
-        verify = _verify_weights(manifest, image, opts)
+        verify = evalgate_verify_weights(manifest, image, opts)
         if verify is not None:  # runs to completion before the server starts (SPEC section 20)
             pod["initContainers"] = [verify, sidecar]
-            _with_verification(pod, opts)
+            evalgate_with_verification(pod, opts)
     return pod
-
-
-def _with_verification(pod: _JSON, opts: EvalgateRenderOptions) -> None:
-    """The trust file and the record's folder in ``pod``; the harness reads the record."""
-    pod["volumes"] = [*pod["volumes"], *_verification_volumes(opts)]
-    harness = pod["containers"][0]
-    run = {"name": "evalgate-run", "mountPath": EVALGATE_RUN_MOUNT, "readOnly": True}
-    harness["volumeMounts"] = [*harness["volumeMounts"], run]
-    record = {"name": EVALGATE_WEIGHTS_VERIFIED_ENV, "value": EVALGATE_VERIFIED_RECORD}
-    harness["env"] = [*harness["env"], record]
-
-
-def _verify_weights(
-    manifest: EvalgateManifestLike, image: str, opts: EvalgateRenderOptions
-) -> _JSON | None:
-    """The init container that verifies the weights against ``pins.weights_signature`` (a
-    path inside the weights, left out of what it signs) with a ``release`` key of the trust
-    file, and leaves the record the harness's decision reads. A failure ends the container,
-    so the serving sidecar after it never starts."""
-    pins = manifest.candidates[opts.sidecar_candidate].pins
-    signature = pins.get("weights_signature")
-    if not signature:
-        return None
-    key = f"candidates.{opts.sidecar_candidate}.pins.weights_signature"
-    if not isinstance(signature, str) or signature.startswith("/") or ".." in signature:
-        reason = f"a path inside the weights folder, got {signature!r}"
-        raise EvalgateConfigError(manifest.path, key, reason)
-    return {
-        "name": "verify-weights",
-        "image": image,
-        "command": [
-            "evalgate",
-            "weights",
-            "verify",
-            EVALGATE_WEIGHTS_MOUNT,
-            f"--signature={EVALGATE_WEIGHTS_MOUNT}/{signature}",
-            f"--trust={EVALGATE_TRUST_MOUNT}/trust.yaml",
-            f"--digest={pins.get('weights_digest')}",
-            f"--record={EVALGATE_VERIFIED_RECORD}",
-        ],
-        "env": [{"name": "HOME", "value": "/tmp"}],
-        "resources": {
-            "requests": {"cpu": "1", "memory": "512Mi"},
-            "limits": {"cpu": "4", "memory": "2Gi"},
-        },
-        "securityContext": evalgate_container_security(),
-        "volumeMounts": [
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "weights", "mountPath": EVALGATE_WEIGHTS_MOUNT, "readOnly": True},
-            {"name": "evalgate-trust", "mountPath": EVALGATE_TRUST_MOUNT, "readOnly": True},
-            {"name": "evalgate-run", "mountPath": EVALGATE_RUN_MOUNT},
-        ],
-    }
-
-
-def _verification_volumes(opts: EvalgateRenderOptions) -> list[_JSON]:
-    return [
-        {"name": "evalgate-trust", "configMap": {"name": opts.trust_configmap}},
-        {"name": "evalgate-run", "emptyDir": {"sizeLimit": "1Mi"}},
-    ]
 
 
 def _harness_env(
@@ -409,28 +300,6 @@ def _volumes(opts: EvalgateRenderOptions, weights: _JSON | None) -> list[_JSON]:
     return volumes
 
 
-def _weights_volume(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JSON:
-    """The candidate's weights: its OCI image by digest (the kubelet pulls and verifies it), or
-    the read-only PVC a digest-checking Job filled (``weights_claim``)."""
-    if opts.weights_claim:
-        claim = {"claimName": opts.weights_claim, "readOnly": True}
-        return {"name": "weights", "persistentVolumeClaim": claim}
-    name = opts.sidecar_candidate
-    image = evalgate_weights_image(manifest.path, name, manifest.candidates[name].pins)
-    return {"name": "weights", "image": {"reference": image, "pullPolicy": "IfNotPresent"}}
-
-
-def evalgate_container_security() -> _JSON:
-    """The hardened container security context every evalgate container carries."""
-    return {
-        "runAsNonRoot": True,
-        "readOnlyRootFilesystem": True,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def _pod_security() -> _JSON:
     return {
         "runAsNonRoot": True,
@@ -438,88 +307,6 @@ def _pod_security() -> _JSON:
         "runAsGroup": 65532,
         "fsGroup": 65532,
         "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-# --- the serving sidecar -----------------------------------------------------------------------
-
-
-def evalgate_check_digest(image: str, source: str, key: str) -> str:
-    """Return ``image`` if it is pinned by digest (``name@sha256:<64 hex>``), else refuse."""
-    if not isinstance(image, str) or not _DIGEST_IMAGE.match(image):
-        reason = f"serving image must be pinned by digest (name@sha256:<64 hex>), got {image!r}"
-        raise EvalgateConfigError(source, key, reason)
-    return image
-
-
-def _sidecar(manifest: EvalgateManifestLike, opts: EvalgateRenderOptions) -> _JSON:
-    name = opts.sidecar_candidate
-    if name not in manifest.candidates:
-        raise EvalgateConfigError(manifest.path, "candidates", f"no candidate {name!r} to serve")
-    candidate = manifest.candidates[name]
-    key = f"candidates.{name}.pins.serving_image"
-    image = evalgate_check_digest(candidate.pins.get("serving_image", ""), manifest.path, key)
-    # refused before rendering; a weights PVC holds this image's files, checked by digest
-    evalgate_weights_image(manifest.path, name, candidate.pins)
-    gpus = _tensor_parallel(manifest.path, name, candidate.pins)
-    return {
-        "name": "serving",
-        "image": image,
-        "restartPolicy": "Always",
-        "args": evalgate_serving_args(candidate, gpus),
-        "ports": [{"name": "http", "containerPort": EVALGATE_SIDECAR_PORT}],
-        "env": [
-            {"name": "HOME", "value": "/tmp"},
-            # the weights are on disk: never reach for a model hub (an enclave has no egress)
-            {"name": "HF_HUB_OFFLINE", "value": "1"},
-            {"name": "TRANSFORMERS_OFFLINE", "value": "1"},
-        ],
-        "resources": {
-            "requests": {"cpu": "4", "memory": "32Gi"},
-            "limits": {"nvidia.com/gpu": gpus, "memory": "64Gi"},
-        },
-        "securityContext": evalgate_container_security(),
-        "startupProbe": _probe(failure_threshold=180),  # loading weights takes minutes
-        "readinessProbe": _probe(failure_threshold=3),
-        "volumeMounts": [
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "weights", "mountPath": EVALGATE_WEIGHTS_MOUNT, "readOnly": True},
-        ],
-    }
-
-
-def _tensor_parallel(source: str, name: str, pins: Mapping[str, object]) -> int:
-    value = pins.get("tensor_parallel", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        key = f"candidates.{name}.pins.tensor_parallel"
-        raise EvalgateConfigError(source, key, f"must be a whole number >= 1, got {value!r}")
-    return value
-
-
-def evalgate_serving_args(candidate: EvalgateCandidateLike, gpus: int) -> list[str]:
-    """The serving container's arguments (vLLM OpenAI server flags) from the candidate's pins:
-    the model is the mounted weights folder, never a name to download; ``quantization`` and
-    ``max_model_len`` become ``--quantization`` and ``--max-model-len``."""
-    args = [
-        f"--model={EVALGATE_WEIGHTS_MOUNT}",
-        f"--served-model-name={candidate.model}",
-        f"--tensor-parallel-size={gpus}",
-        f"--port={EVALGATE_SIDECAR_PORT}",
-    ]
-    if candidate.pins.get("quantization"):
-        args.append(f"--quantization={candidate.pins['quantization']}")
-    if candidate.pins.get("max_model_len"):  # long context (SPEC 18): checked by the manifest
-        args.append(f"--max-model-len={candidate.pins['max_model_len']}")
-    return args
-
-
-def _probe(failure_threshold: int) -> _JSON:
-    return {
-        "httpGet": {"path": "/health", "port": "http"},
-        "periodSeconds": 10,
-        "timeoutSeconds": 5,
-        "failureThreshold": failure_threshold,
     }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.k8s.render import EVALGATE_STORE_MOUNT
+from pytest_evalgate.k8s.render_types import EVALGATE_STORE_MOUNT
 from pytest_evalgate.store.s3 import evalgate_split_s3
 
 _JSON = dict[str, Any]

@@ -25,7 +25,7 @@ from pytest_evalgate.aggregate.combine import EvalgateAggregate
 from pytest_evalgate.formats.canonical import evalgate_canonical_json, evalgate_sha256_hex
 from pytest_evalgate.gate.result import EvalgateGateResult, EvalgateRuleResult
 from pytest_evalgate.manifest.load import EvalgateCandidate, EvalgateManifest
-from pytest_evalgate.policy.load import EvalgatePolicy, evalgate_bound, evalgate_policy_digest
+from pytest_evalgate.policy.values import EvalgatePolicy, evalgate_bound, evalgate_policy_digest
 from pytest_evalgate.report.shape import (
     EvalgateDecision,
     EvalgateDecisionCounts,

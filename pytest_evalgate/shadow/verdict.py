@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
-from pytest_evalgate.policy.load import EvalgatePolicy
 from pytest_evalgate.policy.shadow import EvalgateShadowRule
+from pytest_evalgate.policy.values import EvalgatePolicy
 
 EVALGATE_REFUSAL_OPENINGS = (
     "i can't", "i cannot", "i can not", "i won't", "i will not", "i'm sorry, but",
