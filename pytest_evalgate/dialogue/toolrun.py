@@ -31,8 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from pytest_evalgate.dialogue.pyimport import evalgate_import_tool
 from pytest_evalgate.errors import EvalgateToolServiceError
 
@@ -67,6 +65,10 @@ class EvalgateToolBox:
     def __init__(self, wire: Mapping[str, Any]) -> None:
         self.revision = str(wire["revision"])
         self._tools = {tool["name"]: tool for tool in wire["tools"]}
+        # imported here, where a suite declares tools: jsonschema costs every runner child
+        # ~0.1 s of CPU at start, and most suites have no tools
+        import jsonschema
+
         self._validators = {
             name: jsonschema.Draft202012Validator(tool["parameters"])
             for name, tool in self._tools.items()

@@ -27,7 +27,6 @@ from pytest_evalgate.simulated.answers import (
 from pytest_evalgate.simulated.canary import evalgate_sim_canary_answerer
 from pytest_evalgate.simulated.code_style import evalgate_sim_code_answerer
 from pytest_evalgate.simulated.draws import evalgate_sim_salt
-from pytest_evalgate.simulated.judge_style import evalgate_sim_judge_answerer
 from pytest_evalgate.simulated.knobs import EvalgateSimConfig
 from pytest_evalgate.simulated.tool_style import evalgate_sim_turn_digest
 
@@ -82,6 +81,10 @@ def evalgate_sim_answerer(config: EvalgateSimConfig, key: EvalgateSimKey) -> Eva
     (``code_style.py``) under ``code=1``, else the answer-key style, with the canary knobs'
     leak (``canary.py``) around it when they ask for one."""
     if config.judge:
+        # imported here: the judge style brings numpy and the judge's pydantic models, 0.4 s
+        # of CPU at the start of every simulator process that never judges (most of them)
+        from pytest_evalgate.simulated.judge_style import evalgate_sim_judge_answerer
+
         return evalgate_sim_judge_answerer(config, key)
     if config.code:
         return evalgate_sim_code_answerer(config, key)
