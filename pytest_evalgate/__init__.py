@@ -17,7 +17,7 @@ _EXPORTS = {
     "EvalgateRecord": "pytest_evalgate.store",
     "EvalgateIdentity": "pytest_evalgate.store",
     "EvalgateScorer": "pytest_evalgate.scoring",
-    "EvalgatePolicy": "pytest_evalgate.gate.rules",
+    "EvalgatePolicy": "pytest_evalgate.policy.values",
     "EvalgateDecision": "pytest_evalgate.decision.record",
     "EvalgateManifest": "pytest_evalgate.manifest.load",
     "EvalgateError": "pytest_evalgate.errors",

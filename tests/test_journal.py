@@ -213,6 +213,19 @@ def test_journals_are_never_read_as_segments(tmp_path: Path) -> None:
 # -- SIGKILL at ~40 %, concurrency 16 ---------------------------------------------------------
 
 
+SLOW_ITEMS = """
+import os
+import time
+
+_SLOW_S = float(os.environ.get("EVALGATE_TEST_SLOW_ITEM_S", "0"))
+
+
+def pytest_runtest_logreport(report):
+    if _SLOW_S and report.when == "call":
+        time.sleep(_SLOW_S)
+"""
+
+
 class JournalRig:
     """A 320-identity suite against one logging simulator, and a store (folder or S3)."""
 
@@ -232,14 +245,20 @@ class JournalRig:
             cases=make_cases(["alpha", "beta"], 80),
             budget={"max_concurrency": CONCURRENCY, "max_attempts": 3, "timeout_s": 10},
         )
+        (path.parent / "conftest.py").write_text(SLOW_ITEMS, "utf-8")
         return evalgate_load_manifest(str(path))
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, slow: bool = False) -> subprocess.Popen[bytes]:
+        """``pytest --evalgate suite`` in its own session; ``slow``: each item's call report
+        takes 20 ms more (the suite's conftest), so the item loop commits at 50 items/s while
+        answers arrive at 160/s and answered-but-uncommitted identities pile up whatever the
+        machine's load (the premise of the kill test)."""
         argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", "-q"]
         argv += ["-p", "no:cacheprovider", f"--evalgate-store={self.location}"]
+        env = {**self.env, "EVALGATE_TEST_SLOW_ITEM_S": "0.02"} if slow else self.env
         with open(self.root / "run.out", "ab") as out:
             return subprocess.Popen(
-                argv, cwd=self.root, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                argv, cwd=self.root, env=env, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
 
@@ -293,7 +312,7 @@ def test_a_kill_costs_at_most_the_requests_in_flight(journal_rig: JournalRig) ->
     with EvalgateSimServer(config, request_log=rig.log) as server:
         manifest = rig.suite(server.base_url)
         expected = 2 * len(manifest.cases)
-        first = rig.start()
+        first = rig.start(slow=True)
         try:
             _wait_for_requests(rig, int(0.4 * expected), first)
         finally:

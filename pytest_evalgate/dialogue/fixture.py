@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from pytest_evalgate.dialogue.pyimport import EVALGATE_PYTHON_PREFIX, evalgate_import_tool
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_file_sha256
@@ -165,6 +163,8 @@ def _parameters(path: str, where: str, value: object) -> Mapping[str, Any]:
         raise EvalgateConfigError(
             path, f"{where}: parameters", "must be a JSON Schema of type object"
         )
+    import jsonschema  # here: a suite without tools never pays its ~80 ms import
+
     try:
         jsonschema.Draft202012Validator.check_schema(value)
     except jsonschema.SchemaError as exc:
@@ -179,6 +179,8 @@ def _with_results(
 ) -> EvalgateTool:
     if not isinstance(results, list):
         raise EvalgateConfigError(path, f"{where}: results", "must be a list of {when, result}")
+    import jsonschema  # see _parameters
+
     validator = jsonschema.Draft202012Validator(base.parameters)
     rows: list[tuple[Mapping[str, Any], Any]] = []
     for number, row in enumerate(results):

@@ -60,8 +60,8 @@ class EvalgateRuleResult:
     exact Clopper-Pearson bounds for floors, bootstrap for perf ratios); ``t_lo``/``t_hi`` the
     clustered-SE t interval reported beside it. ``limit`` is the rule's number as gate.yaml
     writes it, sign included (``policy.EvalgateRule.limit``: a margin stays positive), or
-    ``1 - confidence`` for no_regression's p-value; ``policy.evalgate_bound`` turns it into the
-    boundary on the estimate's scale (decision.json's ``threshold``, built in
+    ``1 - confidence`` for no_regression's p-value; ``policy.values.evalgate_bound`` turns it
+    into the boundary on the estimate's scale (decision.json's ``threshold``, built in
     ``report.record``). ``p_value`` is the one-sided bootstrap p for a drop (quality rules),
     ``p_adjusted`` its corrected value (no_regression only).
     """
