@@ -11,8 +11,10 @@ Sub-packages count: ``runner/child.py`` belongs to the ``runner`` stage.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_evalgate"
@@ -49,8 +51,10 @@ PARENT_SIDE = (
 )  # fmt: skip
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
-    """Dotted module name inside the package (``runner.child``, ``cli``) -> its file."""
+    """Dotted module name inside the package (``runner.child``, ``cli``) -> its file (walked
+    once per session: the tests only read it)."""
     found: dict[str, Path] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
@@ -94,12 +98,13 @@ def _imports_of(tree: ast.AST, module: str, path: Path) -> set[str]:
     return found
 
 
-def _imports(module: str) -> set[str]:
+@functools.cache
+def _imports(module: str) -> frozenset[str]:
     path = _modules()[module]
-    return _imports_of(ast.parse(path.read_text()), module, path)
+    return frozenset(_imports_of(ast.parse(path.read_text()), module, path))
 
 
-def _imports_under(imported: set[str], target: str) -> bool:
+def _imports_under(imported: AbstractSet[str], target: str) -> bool:
     return any(name == target or name.startswith(target + ".") for name in imported)
 
 
