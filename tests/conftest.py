@@ -122,6 +122,10 @@ _INNER_ADDOPTS = "-p no:hypothesispytest -p no:anyio"
 @pytest.fixture(autouse=True)
 def _no_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_without_test_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     # set per test, not at import: this session's own xdist workers start before any test and
     # must keep hypothesis; pytester's runs remove the variable (they keep both plugins)
     if "PYTEST_ADDOPTS" not in os.environ:

@@ -141,28 +141,3 @@ def test_without_a_load_phase_numpy_and_the_aggregation_wait_too(tmp_path: Path)
     later = ("numpy", "pytest_evalgate.aggregate.combine", "pytest_evalgate.stats")
     assert _under(start, GATE_SIDE + GATE_SIDE_TOO + later) == set()
     assert {"numpy", "pytest_evalgate.aggregate.combine", "pytest_evalgate.decision.decide"} <= end
-
-
-def _imported_by(module: str) -> set[str]:
-    """``sys.modules`` after a fresh interpreter imports ``module``."""
-    code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    return set(json.loads(done.stdout))
-
-
-def test_a_simulator_process_that_never_judges_loads_no_judge_numpy_or_pydantic() -> None:
-    # Every simulated:// endpoint of a run is a process of its own (hundreds per test suite):
-    # the judge style, with numpy and the judge's pydantic models, is imported when a spec asks
-    # for ``judge=1`` only (it cost each simulator 0.4 s of CPU at start).
-    modules = _imported_by("pytest_evalgate.simulated.server")
-    assert _under(modules, ("numpy", "pydantic", "pytest_evalgate.judge", "jsonschema")) == set()
-    assert "pytest_evalgate.simulated.app" in modules  # the import above did load the server
-
-
-def test_the_runner_child_loads_jsonschema_only_for_tools() -> None:
-    # the tool box (dialogue/toolrun.py) imports jsonschema when a suite declares tools
-    modules = _imported_by("pytest_evalgate.runner.child")
-    assert _under(modules, ("jsonschema", "numpy", "pydantic")) == set()
-    assert "pytest_evalgate.dialogue.toolrun" in modules

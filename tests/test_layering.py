@@ -305,9 +305,10 @@ def test_the_runner_child_imports_only_its_own_side() -> None:
 def test_the_runner_child_loads_nothing_of_the_parent_side() -> None:
     # At run time too (what the imports import in turn): the child starts from
     # ``python -m pytest_evalgate.runner``, which loads the package module, then the child.
+    # jsonschema too: the tool box imports it where a suite declares tools (dialogue/toolrun.py)
     code = (
         "import sys, pytest_evalgate.runner, pytest_evalgate.runner.child;"
-        f"print(sorted(m for m in {PARENT_SIDE!r} if m in sys.modules))"
+        f"print(sorted(m for m in {(*PARENT_SIDE, 'jsonschema')!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
