@@ -87,6 +87,7 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_sandbox_passk.py",
     ),
     "pytest_evalgate/store/records.py": ("tests/test_store_exact.py", "tests/test_records.py"),
+    "pytest_evalgate/store/seal.py": ("tests/test_store_exact.py", "tests/test_records.py"),
     "pytest_evalgate/store/reader.py": ("tests/test_store_exact.py", "tests/test_store.py"),
     "pytest_evalgate/store/writer.py": ("tests/test_store_exact.py", "tests/test_store.py"),
     "pytest_evalgate/store/generations.py": ("tests/test_store_exact.py", "tests/test_store.py"),

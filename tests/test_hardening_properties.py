@@ -31,7 +31,7 @@ from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manife
 from pytest_evalgate.policy.load import evalgate_load_policy
 from pytest_evalgate.policy.values import EvalgatePolicy
 from pytest_evalgate.store import EvalgateLocalStore, evalgate_read_generation, evalgate_seal
-from pytest_evalgate.store.records import evalgate_seal_line
+from pytest_evalgate.store.seal import evalgate_seal_line
 
 BOUNDED = settings(
     max_examples=60,
@@ -268,7 +268,7 @@ def test_any_bytes_as_a_record_are_a_problem(store_root: Path, blob: bytes) -> N
 def test_a_sealed_line_is_always_the_canonical_json_of_its_record(
     output: str, category: str, cluster: str
 ) -> None:
-    # the writer's line is spliced, not re-encoded (store.records.evalgate_seal_line)
+    # the writer's line is spliced, not re-encoded (store.seal.evalgate_seal_line)
     rec = dict(record("a"), output=output, category=category, cluster=cluster)
     sealed, line = evalgate_seal_line(rec)
     assert line == evalgate_canonical_json(sealed) + b"\n"

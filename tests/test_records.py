@@ -1,7 +1,7 @@
 """The record contract beside the store: builder, seal, checksum, identity, stand-ins.
 
-The golden lines below were written by the builder before it moved from the runner into
-``store.records``: the bytes on disk must not change.
+The golden lines below were written by the builder before it moved from the runner into the
+store (``store.seal`` now): the bytes on disk must not change.
 """
 
 from __future__ import annotations

@@ -28,13 +28,8 @@ from pytest_evalgate.store import (
     evalgate_use_generation,
 )
 from pytest_evalgate.store.generations import evalgate_generation_prefix
-from pytest_evalgate.store.records import (
-    EVALGATE_RECORD_FIELDS,
-    evalgate_checksum_ok,
-    evalgate_has_fields,
-    evalgate_record,
-    evalgate_seal_line,
-)
+from pytest_evalgate.store.records import EVALGATE_RECORD_FIELDS, evalgate_has_fields
+from pytest_evalgate.store.seal import evalgate_checksum_ok, evalgate_record, evalgate_seal_line
 
 DIGEST = "e" * 64
 REVISION = "rev-7"

@@ -40,7 +40,7 @@ from pytest_evalgate.store import (
     evalgate_use_generation,
 )
 from pytest_evalgate.store.reader import evalgate_content
-from pytest_evalgate.store.records import evalgate_seal_line
+from pytest_evalgate.store.seal import evalgate_seal_line
 
 _SHARD_DIR = "import"
 

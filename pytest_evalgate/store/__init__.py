@@ -8,7 +8,8 @@ Layout (SPEC section 5; docs/store.md)::
 One job per module:
 
 - ``records``: the record of SPEC section 5 (``EvalgateRecord`` and its parts), the identity
-  (``EvalgateIdentity``), the record builder, seal and checksum;
+  (``EvalgateIdentity``), the stand-ins of records that do not exist;
+- ``seal``: the record builder (``evalgate_record``), the seal and the checksum check;
 - ``backend``: the ``EvalgateStoreBackend`` seam and the local folder backend;
 - ``s3``: the S3 backend (``s3://bucket/prefix``, conditional puts; boto3 loaded only when used);
 - ``location``: a ``--evalgate-store`` value -> its backend (``evalgate_open_store``);
@@ -61,14 +62,16 @@ from pytest_evalgate.store.records import (
     EvalgateStandIn,
     EvalgateTiming,
     EvalgateUsage,
-    evalgate_checksum_ok,
     evalgate_not_requested,
-    evalgate_record,
-    evalgate_record_line,
-    evalgate_seal,
     evalgate_store_failed,
 )
 from pytest_evalgate.store.s3 import EvalgateS3Store, evalgate_is_s3
+from pytest_evalgate.store.seal import (
+    evalgate_checksum_ok,
+    evalgate_record,
+    evalgate_record_line,
+    evalgate_seal,
+)
 from pytest_evalgate.store.served import EvalgateServedBy, evalgate_served_by
 from pytest_evalgate.store.writer import (
     EvalgateSegment,

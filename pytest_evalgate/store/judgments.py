@@ -41,7 +41,7 @@ from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.store.backend import EvalgateStoreBackend
 from pytest_evalgate.store.reader import EvalgateStoreProblem, evalgate_path_problem
 from pytest_evalgate.store.recordcheck import evalgate_judgment_problem
-from pytest_evalgate.store.records import evalgate_checksum_ok, evalgate_seal
+from pytest_evalgate.store.seal import evalgate_checksum_ok, evalgate_seal
 
 EVALGATE_JUDGMENT_FIELDS = frozenset(
     {

@@ -22,9 +22,9 @@ from pytest_evalgate.store.records import (
     EVALGATE_RECORD_FIELDS,
     EvalgateIdentity,
     EvalgateRecord,
-    evalgate_checksum_ok,
     evalgate_has_fields,
 )
+from pytest_evalgate.store.seal import evalgate_checksum_ok
 
 
 @dataclass(frozen=True)
