@@ -6,7 +6,9 @@ categories and timings, and the run-wide budget it is sent under.
 - ``checks``: status classification, retry waits and hints, answer caps, implausible usage;
 - ``read``: a streamed or whole answer read into one attempt;
 - ``redact``: secrets kept out of every message and answer text;
-- ``http1`` and ``http1_head``: the HTTP/1.1 transport (loaded by the first client only);
+- ``http1`` (the pool), ``http1_conn`` (a connection and its response), ``http1_dial``
+  (direct, proxy and tunnel dialling) and ``http1_head``: the HTTP/1.1 transport (loaded by
+  the first client only);
 - ``budget``: run-wide concurrency, rps and tpm shares, AIMD on 429.
 
 The names below are the client's public surface; the runner's child imports them from here.

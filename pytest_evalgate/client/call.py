@@ -116,7 +116,8 @@ from pytest_evalgate.errors import (
 if TYPE_CHECKING:  # only the types: the limiter is the caller's, the transport loads lazily
     from pytest_evalgate.client import http1
     from pytest_evalgate.client.budget import EvalgateLimiter
-    from pytest_evalgate.client.http1 import EvalgateHttpPool, EvalgateHttpResponse
+    from pytest_evalgate.client.http1 import EvalgateHttpPool
+    from pytest_evalgate.client.http1_conn import EvalgateHttpResponse
 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0

@@ -47,7 +47,7 @@ EVALGATE_USAGE_FROM_CHUNKS = "chunks"
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # only an escape makes a surrogate
 
 if TYPE_CHECKING:  # only the type: responses come from the client's pool
-    from pytest_evalgate.client.http1 import EvalgateHttpResponse
+    from pytest_evalgate.client.http1_conn import EvalgateHttpResponse
 
 
 @dataclass

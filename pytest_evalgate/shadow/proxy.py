@@ -34,7 +34,8 @@ from typing import Any, cast
 
 import httptools
 
-from pytest_evalgate.client.http1 import EvalgateHttpPool, EvalgateHttpResponse
+from pytest_evalgate.client.http1 import EvalgateHttpPool
+from pytest_evalgate.client.http1_conn import EvalgateHttpResponse
 from pytest_evalgate.client.http1_head import EvalgateHttpTarget
 from pytest_evalgate.errors import EvalgateConfigError, EvalgateHttpError
 from pytest_evalgate.shadow.answer import (
