@@ -2,6 +2,7 @@
 categories and timings, and the run-wide budget it is sent under.
 
 - ``call``: ``EvalgateClient``, one identity's request through its attempts (the retry policy);
+- ``outcome``: what one attempt came to (its error, the model and usage checks) and the result;
 - ``types``: ``EvalgateEndpoint``, ``EvalgateCallResult``, ``EvalgateCallError``, the categories;
 - ``checks``: status classification, retry waits and hints, answer caps, implausible usage;
 - ``read``: a streamed or whole answer read into one attempt;

@@ -62,14 +62,13 @@ Proxies: each endpoint's URL goes through the proxy the environment names for it
 (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, either case; ``client.proxy``),
 read when the client first sees the endpoint; the proxy's password is registered for redaction.
 
-Timings are defined in ``docs/timings.md``.
+What an attempt came to (its error, the model and usage checks, the call's result) is
+``client.outcome``'s. Timings are defined in ``docs/timings.md``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import itertools
 import json
 import os
 import random
@@ -81,14 +80,18 @@ from typing import TYPE_CHECKING
 from pytest_evalgate.client.checks import (
     EVALGATE_HINT_CAP_S,
     EvalgateCaps,
-    evalgate_bad_request_fatal,
     evalgate_caps,
-    evalgate_classify_status,
-    evalgate_error_detail,
     evalgate_refused_message,
-    evalgate_retry_hint,
     evalgate_retry_wait,
-    evalgate_usage_flag,
+)
+from pytest_evalgate.client.outcome import (
+    evalgate_call_result,
+    evalgate_check_model,
+    evalgate_check_usage,
+    evalgate_fail,
+    evalgate_not_waited,
+    evalgate_read_failure,
+    evalgate_settle,
 )
 from pytest_evalgate.client.proxy import evalgate_proxy_for
 from pytest_evalgate.client.read import (
@@ -96,16 +99,8 @@ from pytest_evalgate.client.read import (
     evalgate_read_stream,
     evalgate_read_whole,
 )
-from pytest_evalgate.client.redact import (
-    evalgate_add_secret,
-    evalgate_redact,
-    evalgate_redact_optional,
-)
-from pytest_evalgate.client.types import (
-    EvalgateCallError,
-    EvalgateCallResult,
-    EvalgateEndpoint,
-)
+from pytest_evalgate.client.redact import evalgate_add_secret
+from pytest_evalgate.client.types import EvalgateCallResult, EvalgateEndpoint
 from pytest_evalgate.errors import (
     EvalgateAnswerError,
     EvalgateConfigError,
@@ -122,11 +117,8 @@ if TYPE_CHECKING:  # only the types: the limiter is the caller's, the transport 
 _BACKOFF_BASE_S = 0.5
 _BACKOFF_CAP_S = 30.0
 _HINT_LOG_S = 5.0
-_MESSAGE_MAX = 300
-_REPORTED_MAX = 256  # characters of a reported model or system_fingerprint kept in the record
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 _KEEPALIVE_S = 30.0
-_ERROR_BODY = 65536  # bytes of an error response's body read for its message
 _USER_AGENT = "pytest-evalgate"
 
 
@@ -215,12 +207,12 @@ class EvalgateClient:
             done = await self._attempt(request, attempt)
             malformed += done.error is not None and done.error.category == "malformed_response"
             if not (done.retry and attempt < endpoint.max_attempts and malformed < 2):
-                return _result(done, queued, attempt, sent_at)
+                return evalgate_call_result(done, queued, attempt, sent_at)
             if done.hint_s > endpoint.timeout_s and done.error is not None:
                 # A server-asked wait longer than a whole attempt may take is not waited out:
                 # the error stands at once (a 503 with Retry-After: 100000 held a run 400 s)
-                done.error = _not_waited(done.error, done.hint_s, endpoint.timeout_s)
-                return _result(done, queued, attempt, sent_at)
+                done.error = evalgate_not_waited(done.error, done.hint_s, endpoint.timeout_s)
+                return evalgate_call_result(done, queued, attempt, sent_at)
             await asyncio.sleep(self._backoff(request, attempt, done.hint_s))
 
     async def evalgate_warm(self, endpoint: EvalgateEndpoint, count: int) -> int:
@@ -284,61 +276,34 @@ class EvalgateClient:
             async with asyncio.timeout(endpoint.timeout_s):
                 rsp = await self._get_pool().evalgate_post(request.target, headers, request.payload)
                 if rsp.status != 200:
-                    await _read_failure(rsp, done)
+                    await evalgate_read_failure(rsp, done)
                 elif endpoint.stream:
                     await evalgate_read_stream(rsp, endpoint.api, request.caps, done)
                 else:
                     await evalgate_read_whole(rsp, endpoint.api, request.caps, done)
                 done.end = time.perf_counter()
         except TimeoutError:
-            _fail(done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True)
+            evalgate_fail(
+                done, "timeout", None, f"no complete answer within {endpoint.timeout_s} s", True
+            )
         except EvalgateHttpTruncated as exc:
-            _fail(done, "truncated", 200, f"the body was cut off before its end ({exc})", True)
+            evalgate_fail(
+                done, "truncated", 200, f"the body was cut off before its end ({exc})", True
+            )
         except (EvalgateHttpError, OSError) as exc:
             refused = evalgate_refused_message(exc)  # kept findable: the child stops on it
-            _fail(done, "connection", None, refused or f"{type(exc).__name__}: {exc}", True)
+            evalgate_fail(done, "connection", None, refused or f"{type(exc).__name__}: {exc}", True)
         except EvalgateAnswerError as exc:
-            _fail(done, exc.category, 200, exc.message, exc.retry)
+            evalgate_fail(done, exc.category, 200, exc.message, exc.retry)
         finally:
             if rsp is not None:
                 rsp.evalgate_release()  # its connection back to the pool, or closed
-            _check_usage(done, request.caps)
+            evalgate_check_usage(done, request.caps)
             self._limiter.release(request.est_tokens, _used(done))
-        _check_model(done, endpoint)
-        _settle(done)
+        evalgate_check_model(done, endpoint)
+        evalgate_settle(done)
         self._feedback(done)
         return done
-
-
-def _settle(done: EvalgateAttempt) -> None:
-    """Stamp the end of a failed attempt; turn a content-filtered answer into its error."""
-    if not done.end:
-        done.end = time.perf_counter()
-    if done.finish_reason == "content_filter" and done.error is None:
-        _fail(done, "content_filter", 200, "the endpoint's content filter stopped the answer")
-
-
-def _check_model(done: EvalgateAttempt, endpoint: EvalgateEndpoint) -> None:
-    """An answer reported as another model than the candidate's is ``model_mismatch``."""
-    name, reported = endpoint.model_check, done.model
-    if name is None or reported is None or reported == endpoint.model or done.error is not None:
-        return
-    message = (
-        f"candidate {name!r}: the endpoint answered as model {_short(reported, 80)!r}, the"
-        f" manifest says {endpoint.model!r}; the candidate is stopped (set"
-        f" candidates.{name}.model_rewrite: true if a gateway rewrites model names)"
-    )
-    _fail(done, "model_mismatch", 200, message, fatal=True)
-
-
-def _check_usage(done: EvalgateAttempt, caps: EvalgateCaps) -> None:
-    """Implausible usage is flagged and dropped, never kept as a fact."""
-    if done.prompt_tokens is None and done.completion_tokens is None:
-        return
-    flag = evalgate_usage_flag(done.prompt_tokens, done.completion_tokens, done.output, caps)
-    if flag is not None:
-        done.usage_flag = flag
-        done.prompt_tokens = done.completion_tokens = None
 
 
 def _header_safe(value: str) -> str:
@@ -372,84 +337,3 @@ def _used(done: EvalgateAttempt) -> int | None:
     if done.prompt_tokens is None or done.completion_tokens is None:
         return None
     return done.prompt_tokens + done.completion_tokens
-
-
-def _short(text: str, most: int = _MESSAGE_MAX) -> str:
-    return text if len(text) <= most else text[: most - 3] + "..."
-
-
-def _reported(value: str | None) -> str | None:
-    """A reported name as the record keeps it: redacted (an endpoint may echo the key), and
-    cut at ``_REPORTED_MAX`` characters (a hostile one may send a megabyte of it)."""
-    return None if value is None else evalgate_redact(value)[:_REPORTED_MAX]
-
-
-def _fail(
-    done: EvalgateAttempt,
-    category: str,
-    status: int | None,
-    message: str,
-    retry: bool = False,
-    fatal: bool = False,
-) -> None:
-    """The attempt's error; its message is redacted, then cut short (in that order, so that a
-    cut can not leave half a secret behind)."""
-    done.error = EvalgateCallError(category, status, _short(evalgate_redact(message)), fatal)
-    done.retry = retry
-
-
-def _not_waited(error: EvalgateCallError, hint_s: float, timeout_s: float) -> EvalgateCallError:
-    why = (
-        f"; the endpoint asked to wait {hint_s:.0f} s before a retry, longer than an attempt's"
-        f" budget.timeout_s ({timeout_s:g} s): not retried"
-    )
-    return dataclasses.replace(error, message=error.message + why)
-
-
-def _result(
-    done: EvalgateAttempt, queued: float, attempts: int, sent_at: float
-) -> EvalgateCallResult:
-    times = done.content_times
-    tokens = done.completion_tokens
-    tpot = None
-    if tokens is not None and tokens >= 2 and len(times) >= 2:
-        tpot = (times[-1] - times[0]) / (tokens - 1)
-    return EvalgateCallResult(
-        output=evalgate_redact_optional(done.output),
-        finish_reason=done.finish_reason,
-        prompt_tokens=done.prompt_tokens,
-        completion_tokens=tokens,
-        ttft_s=times[0] - done.sent if times else None,
-        tpot_s=tpot,
-        itl_s=tuple(b - a for a, b in itertools.pairwise(times)),
-        e2e_s=done.end - done.sent,
-        queued_s=queued,
-        attempts=attempts,
-        error=done.error,
-        sent_at=sent_at,
-        usage_flag=done.usage_flag,
-        usage_source=done.usage_source if tokens is not None else None,
-        model=_reported(done.model),
-        system_fingerprint=_reported(done.system_fingerprint),
-        tool_calls=tuple(done.tool_calls),
-        logprobs=done.logprobs,
-    )
-
-
-# --- classifying failures --------------------------------------------------------------------
-
-
-async def _read_failure(response: EvalgateHttpResponse, done: EvalgateAttempt) -> None:
-    """A non-200 response: category, retry decision and wait hint from status, body, headers."""
-    status = response.status
-    message, code, kind = evalgate_error_detail(await response.evalgate_read_up_to(_ERROR_BODY))
-    if 300 <= status < 400:
-        where = response.headers.get("Location", "nowhere")
-        message = f"redirect to {where} not followed (an endpoint's redirects never are)"
-    message = f"HTTP {status}" + (f": {message}" if message else "")
-    category, retry, fatal = evalgate_classify_status(status, "insufficient_quota" in (code, kind))
-    if category == "bad_request" and fatal:  # the request's own, or the configuration's?
-        fatal = evalgate_bad_request_fatal(status, f"{message} {code or ''} {kind or ''}")
-    _fail(done, category, status, message, retry, fatal)
-    if retry:
-        done.hint_s = evalgate_retry_hint(response.headers, rate_limited=status == 429)
