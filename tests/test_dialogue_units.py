@@ -491,7 +491,7 @@ def test_a_streams_tool_call_pieces_are_joined_by_index() -> None:
 
 
 def test_a_judge_reads_a_conversations_whole_transcript() -> None:
-    from pytest_evalgate.runner.judging import evalgate_judged_answer
+    from pytest_evalgate.runner.judge_work import evalgate_judged_answer
 
     facts = {
         "transcript": [

@@ -21,12 +21,13 @@ changed judge key is a new folder: every stored answer of every candidate is jud
 the candidates' endpoints see no request at all.
 
 Beside the stage: the suite it judges and its golden set's requests (``runner.judge_suite``),
-the judge's child as this process drives it (``runner.judge_child``) and what an item of a
-judged suite sees (``runner.judge_views``, the session's).
+one judge request and the judgment record its answer makes (``runner.judge_work``), the judge's
+child as this process drives it (``runner.judge_child``) and what an item of a judged suite sees
+(``runner.judge_views``, the session's).
 
-Why one module of ~400 lines: ``EvalgateJudgeStage`` is one state machine (answers arriving,
+Why one module of ~360 lines: ``EvalgateJudgeStage`` is one state machine (answers arriving,
 pairs completing, judge works in flight, stored judgments reused, the golden set) over one child
-and one committer; what is not its state has moved to the three modules above.
+and one committer; what is not its state has moved to the four modules above.
 """
 
 from __future__ import annotations
@@ -37,22 +38,9 @@ from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
-from pytest_evalgate.dialogue.transcript import evalgate_transcript_text
 from pytest_evalgate.errors import EvalgateError
-from pytest_evalgate.judge.parse import (
-    EVALGATE_JUDGE_UNPARSEABLE,
-    evalgate_parse_pairwise,
-    evalgate_parse_pointwise,
-    evalgate_verdict_json,
-)
-from pytest_evalgate.judge.prompt import (
-    EVALGATE_JUDGE_ORDERS,
-    evalgate_judge_body,
-    evalgate_judge_input_text,
-    evalgate_pairwise_orders,
-    evalgate_pointwise_messages,
-)
-from pytest_evalgate.manifest.dataset import EvalgateCase
+from pytest_evalgate.judge.parse import EVALGATE_JUDGE_UNPARSEABLE
+from pytest_evalgate.judge.prompt import EVALGATE_JUDGE_ORDERS
 from pytest_evalgate.runner.committer import EvalgateCommitter
 from pytest_evalgate.runner.judge_child import EvalgateJudgeChild
 from pytest_evalgate.runner.judge_suite import (
@@ -60,44 +48,28 @@ from pytest_evalgate.runner.judge_suite import (
     evalgate_golden_requests,
     evalgate_golden_rows,
 )
+from pytest_evalgate.runner.judge_work import (
+    EvalgateAnswers,
+    EvalgateJudgeWork,
+    evalgate_judge_request,
+    evalgate_judge_stand_in,
+    evalgate_judgment_of,
+    evalgate_pairwise_works,
+    evalgate_pointwise_work,
+)
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
     EvalgateWireEndpoint,
     EvalgateWireHalted,
     EvalgateWireLog,
-    EvalgateWireRequest,
     EvalgateWireResult,
     EvalgateWireUrge,
 )
 from pytest_evalgate.store import EvalgateIdentity, EvalgateSegmentWriter
-from pytest_evalgate.store.judgments import (
-    EVALGATE_GOLDEN_ORDER,
-    EvalgateJudgmentKey,
-    evalgate_judgment_record,
-)
+from pytest_evalgate.store.judgments import EVALGATE_GOLDEN_ORDER, EvalgateJudgmentKey
 
 _POLL_S = 0.02
-_Answers = Mapping[str, Any]  # a generation record (or a stand-in with an error)
-
-
-def evalgate_judged_answer(record: _Answers) -> str:
-    """What the judge reads as the answer: the output, or for a conversation or tool loop its
-    whole transcript (later user turns, every answer, each tool call and result; SPEC 17)."""
-    facts = record.get("dialogue")
-    if facts is not None:
-        return evalgate_transcript_text(facts)
-    return str(record.get("output") or "")
-
-
-@dataclass(frozen=True)
-class _JudgeWork:
-    path: str
-    suite: EvalgateJudgeSuite
-    key: EvalgateJudgmentKey
-    answers: list[str]
-    baseline: str | None
-    messages: list[dict[str, str]]
 
 
 @dataclass
@@ -139,11 +111,11 @@ class EvalgateJudgeStage:
         self._pump_other = pump or (lambda timeout: None)
         self._log = log
         self._suites: dict[str, EvalgateJudgeSuite] = {}
-        self._answers: dict[tuple[str, EvalgateIdentity], _Answers] = {}
+        self._answers: dict[tuple[str, EvalgateIdentity], EvalgateAnswers] = {}
         self._judgments: dict[tuple[str, EvalgateJudgmentKey], dict[str, Any]] = {}
         self._pending: dict[tuple[str, EvalgateJudgmentKey], int] = {}
         self._before: dict[tuple[str, EvalgateJudgmentKey], str] = {}  # stored error categories
-        self._wire: list[_JudgeWork] = []
+        self._wire: list[EvalgateJudgeWork] = []
         self._endpoints: dict[EvalgateEndpoint, int] = {}
         self._child: EvalgateJudgeChild | None = None
         self._committer = EvalgateCommitter(writer)
@@ -160,7 +132,7 @@ class EvalgateJudgeStage:
         """Whether the suite at ``path`` is judged here."""
         return path in self._suites
 
-    def evalgate_answer(self, path: str, record: _Answers) -> None:
+    def evalgate_answer(self, path: str, record: EvalgateAnswers) -> None:
         """A generation record of the suite at ``path`` exists: judge what it completes."""
         suite = self._suites.get(path)
         if suite is None:
@@ -177,16 +149,13 @@ class EvalgateJudgeStage:
             self._child.evalgate_flush()  # judged now, not at the item loop's next wait
 
     def _pointwise(
-        self, path: str, suite: EvalgateJudgeSuite, identity: EvalgateIdentity, record: _Answers
+        self,
+        path: str,
+        suite: EvalgateJudgeSuite,
+        identity: EvalgateIdentity,
+        record: EvalgateAnswers,
     ) -> None:
-        case = suite.cases[identity.case_id]
-        evaluator = suite.judged.evaluator
-        text = evalgate_judge_input_text(case.prompt)
-        messages = evalgate_pointwise_messages(
-            evaluator, text, evalgate_judged_answer(record), case.target or None
-        )
-        key = EvalgateJudgmentKey(*identity, None)
-        self._submit(_JudgeWork(path, suite, key, [record["checksum"]], None, messages), path)
+        self._submit(evalgate_pointwise_work(path, suite, identity, record), path)
 
     def _pairwise(self, path: str, suite: EvalgateJudgeSuite, identity: EvalgateIdentity) -> None:
         assert suite.pair is not None
@@ -198,30 +167,20 @@ class EvalgateJudgeStage:
         first, second = self._answers.get((path, mine)), self._answers.get((path, theirs))
         if first is None or second is None or first.get("error") or second.get("error"):
             return
-        case = suite.cases[identity.case_id]
-        text = evalgate_judge_input_text(case.prompt)
-        both = evalgate_pairwise_orders(
-            suite.judged.evaluator,
-            text,
-            evalgate_judged_answer(first),
-            evalgate_judged_answer(second),
-        )
-        answers = [first["checksum"], second["checksum"]]
-        for order, messages in zip(EVALGATE_JUDGE_ORDERS, both, strict=True):
-            key = EvalgateJudgmentKey(*mine, order)
-            self._submit(_JudgeWork(path, suite, key, answers, baseline, messages), path)
+        for work in evalgate_pairwise_works(path, suite, mine, first, second):
+            self._submit(work, path)
 
     def evalgate_golden(self, path: str) -> int:
         """Judge the suite's golden set with the pinned judge (calibration, SPEC section 10):
         one request per row not judged before; returns how many rows there are."""
         suite = self._suites[path]
         for key, answers, messages in evalgate_golden_requests(suite):
-            self._submit(_JudgeWork(path, suite, key, answers, None, messages), path)
+            self._submit(EvalgateJudgeWork(path, suite, key, answers, None, messages), path)
         if self._child is not None:
             self._child.evalgate_flush()
         return len(evalgate_golden_rows(suite))
 
-    def _submit(self, work: _JudgeWork, path: str) -> None:
+    def _submit(self, work: EvalgateJudgeWork, path: str) -> None:
         slot = (path, work.key)
         if slot in self._judgments or slot in self._pending:
             return
@@ -236,20 +195,18 @@ class EvalgateJudgeStage:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def _send(self, work: _JudgeWork, slot: tuple[str, EvalgateJudgmentKey]) -> None:
+    def _send(self, work: EvalgateJudgeWork, slot: tuple[str, EvalgateJudgmentKey]) -> None:
         endpoint = work.suite.endpoint
         if endpoint is None:
-            self._judgments[slot] = _stand_in("missing", "aggregate mode sends no judge request")
+            reason = "aggregate mode sends no judge request"
+            self._judgments[slot] = evalgate_judge_stand_in("missing", reason)
             return
         child = self._ensure_child()
         index = len(self._wire)
         self._wire.append(work)
         self._pending[slot] = index
-        body = evalgate_judge_body(work.suite.judged.judge, work.messages)
-        header = f"judge/{work.key.evalgate_label()}"
-        tokens = sum(len(m["content"]) for m in work.messages) // 4 + 256
         halt = self._endpoint_index(child, endpoint)
-        child.evalgate_send(EvalgateWireRequest(index, halt, halt, body, header, tokens, False))
+        child.evalgate_send(evalgate_judge_request(work, index, halt))
         self.progress.sent += 1
 
     def _endpoint_index(self, child: EvalgateJudgeChild, endpoint: EvalgateEndpoint) -> int:
@@ -306,11 +263,12 @@ class EvalgateJudgeStage:
         if record is None:
             if self._need(other):
                 return None
-            return _stand_in("judge_no_baseline", f"no answer of the baseline for {other[1]}")
+            reason = f"no answer of the baseline for {other[1]}"
+            return evalgate_judge_stand_in("judge_no_baseline", reason)
         error = record.get("error")
         if error is not None:
             reason = f"the baseline's answer errored ({error['category']})"
-            return _stand_in("judge_no_baseline", reason)
+            return evalgate_judge_stand_in("judge_no_baseline", reason)
         return None
 
     def _urge(self, slots: list[tuple[str, EvalgateJudgmentKey]]) -> None:
@@ -341,7 +299,7 @@ class EvalgateJudgeStage:
             work = self._wire[message.index]
             slot = (work.path, work.key)
             self._pending.pop(slot, None)
-            self._judgments[slot] = _stand_in("judge_not_requested", message.reason)
+            self._judgments[slot] = evalgate_judge_stand_in("judge_not_requested", message.reason)
         elif isinstance(message, EvalgateWireLog):
             if self._log is not None:
                 self._log(f"judge: {evalgate_redact(message.line)}")
@@ -350,22 +308,7 @@ class EvalgateJudgeStage:
 
     def _result(self, message: EvalgateWireResult) -> None:
         work = self._wire[message.index]
-        outcome = message.outcome
-        verdict = _verdict(work, outcome)
-        case = work.suite.cases.get(work.key.case_id) or _golden_case(work)
-        facts = {
-            "baseline": work.baseline,
-            "category": case.category,
-            "cluster": case.cluster,
-            "output": outcome["output"],
-            "attempts": outcome["attempts"],
-            "e2e_s": outcome["timing"]["e2e_s"],
-            "started_at": outcome["started_at"],
-            "finished_at": outcome["finished_at"],
-        }
-        record = evalgate_judgment_record(
-            work.suite.context, work.key, work.answers, facts, verdict
-        )
+        record, verdict = evalgate_judgment_of(work, message.outcome)
         self._writer.evalgate_add(work.suite.prefix, record)
         slot = (work.path, work.key)
         self._note_repeat(work, slot, verdict)
@@ -374,7 +317,10 @@ class EvalgateJudgeStage:
         self._count(record)
 
     def _note_repeat(
-        self, work: _JudgeWork, slot: tuple[str, EvalgateJudgmentKey], verdict: Mapping[str, Any]
+        self,
+        work: EvalgateJudgeWork,
+        slot: tuple[str, EvalgateJudgmentKey],
+        verdict: Mapping[str, Any],
     ) -> None:
         error = verdict["error"]
         if error is None or error["category"] != EVALGATE_JUDGE_UNPARSEABLE:
@@ -412,32 +358,3 @@ class EvalgateJudgeStage:
                 self._child.evalgate_close()
             if self._started:
                 self._committer.evalgate_stop()
-
-
-def _golden_case(work: _JudgeWork) -> EvalgateCase:
-    for key, _answers, _messages in evalgate_golden_requests(work.suite):
-        if key == work.key:
-            line = int(key.case_id.removeprefix("golden:"))
-            for row in evalgate_golden_rows(work.suite):
-                if row.line == line:
-                    return work.suite.cases[row.case_id]
-    raise KeyError(work.key.case_id)
-
-
-def _verdict(work: _JudgeWork, outcome: Mapping[str, Any]) -> dict[str, Any]:
-    error = outcome["error"]
-    if error is not None:
-        category = f"judge_{error['category']}"
-        return {"verdict": None, "error": {**error, "category": category}}
-    text = outcome["output"]
-    if work.key.order is None or (
-        work.key.order == EVALGATE_GOLDEN_ORDER and work.suite.judged.mode == "pointwise"
-    ):
-        scale = work.suite.judged.evaluator.scale
-        assert scale is not None
-        return evalgate_verdict_json(evalgate_parse_pointwise(text, scale))
-    return evalgate_verdict_json(evalgate_parse_pairwise(text))
-
-
-def _stand_in(category: str, message: str) -> dict[str, Any]:
-    return {"verdict": None, "error": {"category": category, "status": None, "message": message}}
