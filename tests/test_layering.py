@@ -29,9 +29,10 @@ EDGE = "cli"
 ENTRY_PROGRAMS = {"sandbox.driver"}
 # What the runner's child process may import of this package: the wire, the client, the budget,
 # the record types (and what they import in turn); never its parent side, scoring or a manifest.
-CHILD_SIDE = ("runner.child", "runner.__main__", "runner.journal")
+CHILD_SIDE = ("runner.child", "runner.child_process", "runner.__main__", "runner.journal")
 CHILD_MAY_IMPORT = (
-    "pytest_evalgate.runner.child", "pytest_evalgate.runner.wire", "pytest_evalgate.client",
+    "pytest_evalgate.runner.child", "pytest_evalgate.runner.child_process",
+    "pytest_evalgate.runner.wire", "pytest_evalgate.client",
     "pytest_evalgate.errors", "pytest_evalgate.store.records",
     # the resume journal (issue 15): its writer, its format, and the store it writes to
     "pytest_evalgate.runner.journal", "pytest_evalgate.store.journal",
@@ -307,7 +308,7 @@ def test_the_runner_child_loads_nothing_of_the_parent_side() -> None:
     # ``python -m pytest_evalgate.runner``, which loads the package module, then the child.
     # jsonschema too: the tool box imports it where a suite declares tools (dialogue/toolrun.py)
     code = (
-        "import sys, pytest_evalgate.runner, pytest_evalgate.runner.child;"
+        "import sys, pytest_evalgate.runner, pytest_evalgate.runner.child_process;"
         f"print(sorted(m for m in {(*PARENT_SIDE, 'jsonschema')!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -23,7 +23,7 @@ import suitekit
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest.load import evalgate_load_manifest
-from pytest_evalgate.runner.child import evalgate_loop_factory
+from pytest_evalgate.runner.child_process import evalgate_loop_factory
 from pytest_evalgate.runner.parent import (
     EvalgateLimits,
     EvalgateRunner,

@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> bool:
         EvalgateOnlineJudge,
         evalgate_metrics_server,
     )
-    from pytest_evalgate.runner.child import evalgate_loop_factory
+    from pytest_evalgate.runner.child_process import evalgate_loop_factory
 
     source_name = "online-judge serve"
     if not 0.0 <= args.rate <= 1.0:

@@ -96,7 +96,7 @@ def _serve(args: argparse.Namespace) -> bool:
     import signal
 
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.runner.child import evalgate_loop_factory
+    from pytest_evalgate.runner.child_process import evalgate_loop_factory
     from pytest_evalgate.shadow.proxy import (
         EvalgateShadowConfig,
         EvalgateShadowProxy,
@@ -183,7 +183,7 @@ def _preferences(
         evalgate_online_judged,
     )
     from pytest_evalgate.onlinejudge.preference import evalgate_shadow_preferences
-    from pytest_evalgate.runner.child import evalgate_loop_factory
+    from pytest_evalgate.runner.child_process import evalgate_loop_factory
 
     judged = evalgate_online_judged(manifest, pairwise=True)
     with evalgate_online_judge_endpoint(manifest) as endpoint:

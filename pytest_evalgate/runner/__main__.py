@@ -1,7 +1,8 @@
-"""``python -m pytest_evalgate.runner``: the runner's child process (see ``runner.child``)."""
+"""``python -m pytest_evalgate.runner``: the runner's child process (``runner.child_process``
+around the loop of ``runner.child``)."""
 
 from __future__ import annotations
 
-from pytest_evalgate.runner.child import evalgate_child_main
+from pytest_evalgate.runner.child_process import evalgate_child_main
 
 evalgate_child_main()
