@@ -24,12 +24,8 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.runner.child_process import evalgate_loop_factory
-from pytest_evalgate.runner.parent import (
-    EvalgateLimits,
-    EvalgateRunner,
-    EvalgateSuiteRun,
-    EvalgateWork,
-)
+from pytest_evalgate.runner.parent import EvalgateLimits, EvalgateRunner
+from pytest_evalgate.runner.work import EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.scoring import evalgate_make_scorer
 from pytest_evalgate.simulated import EvalgateSimConfig
 from pytest_evalgate.simulated.server import EvalgateSimServer
@@ -147,8 +143,8 @@ def test_the_child_runs_on_uvloop_unless_asked_for_asyncio_loop(
     runner = rig.runner(concurrency=4, window=8)
     runner.evalgate_start()
     try:
-        assert runner._child is not None
-        child = runner._child.pid
+        assert runner._pipe.process is not None
+        child = runner._pipe.process.pid
         records = [runner.evalgate_wait(work) for work in rig.works]
         maps = Path(f"/proc/{child}/maps").read_text(encoding="utf-8")
     finally:
@@ -341,7 +337,7 @@ def _parent_script(rig: Rig) -> str:
         limits = EvalgateLimits(4, None, None)
         runner = EvalgateRunner(works, writer, limits, concurrency=4, window=8)
         runner.evalgate_start()
-        print(runner._child.pid, flush=True)
+        print(runner._pipe.process.pid, flush=True)
         time.sleep(60)
         """
     )

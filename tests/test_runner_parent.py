@@ -15,14 +15,14 @@ from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateError
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.runner.committer import EvalgateCommitter
-from pytest_evalgate.runner.parent import (
+from pytest_evalgate.runner.wire import EvalgateWireRequest, evalgate_encode
+from pytest_evalgate.runner.work import (
     EvalgateSuiteRun,
     EvalgateWork,
     evalgate_estimate_tokens,
     evalgate_identity_header,
     evalgate_request_body,
 )
-from pytest_evalgate.runner.wire import EvalgateWireRequest, evalgate_encode
 from pytest_evalgate.scoring import evalgate_make_scorer
 from pytest_evalgate.store import (
     EVALGATE_RECORD_FIELDS,

@@ -27,47 +27,32 @@ deadlock. Each (suite, candidate) has a stop channel: after a fatal error on it 
 ...) nothing else is sent to that candidate, and its other items get a ``not_requested``
 stand-in.
 
-Why one module of ~530 lines: ``EvalgateRunner`` is one state machine (the window, urgent works,
-stop channels, the journal's replay, the early start's confirmation) over one pipe; the works,
-the request body and the progress counters beside it are what it sends and reports.
+Why one module of ~460 lines: ``EvalgateRunner`` is one state machine (the window, urgent works,
+stop channels, the journal's replay, commits awaited, the early start's confirmation) over one
+pipe; splitting it would pass its state between modules. What is not its state lives beside it:
+the works, their requests and their seal (``runner.work``), the child's pipes
+(``runner.child_pipe``), and the commits' thread (``runner.committer``).
 """
 
 from __future__ import annotations
 
-import select
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.client.redact import evalgate_redact
 from pytest_evalgate.errors import EvalgateError
-from pytest_evalgate.manifest.choice import evalgate_by_loglikelihood
-from pytest_evalgate.runner.choice import (
-    evalgate_choice_errored,
-    evalgate_choice_graded,
-    evalgate_choice_spec,
-)
+from pytest_evalgate.runner.child_pipe import EvalgateChildPipe
+from pytest_evalgate.runner.choice import evalgate_choice_spec
 from pytest_evalgate.runner.committer import EvalgateCommitter
-from pytest_evalgate.runner.dialogue import (
-    evalgate_dialogue_graded,
-    evalgate_dialogue_spec,
-    evalgate_tools_body,
-)
-from pytest_evalgate.runner.execution import evalgate_code_grade, evalgate_execution_request
-from pytest_evalgate.runner.spawn import (
-    evalgate_close_quietly,
-    evalgate_read_lines,
-    evalgate_spawn_child,
-    evalgate_stderr_tail,
-)
+from pytest_evalgate.runner.dialogue import evalgate_dialogue_spec
+from pytest_evalgate.runner.execution import evalgate_execution_request
 from pytest_evalgate.runner.wire import (
     EvalgateLimits,
     EvalgateToParent,
-    EvalgateWireClose,
     EvalgateWireEndpoint,
     EvalgateWireHalted,
     EvalgateWireLog,
@@ -77,9 +62,13 @@ from pytest_evalgate.runner.wire import (
     EvalgateWireTools,
     EvalgateWireUrge,
     evalgate_decode_for_parent,
-    evalgate_encode,
 )
-from pytest_evalgate.scoring import EvalgateScorer, evalgate_passed
+from pytest_evalgate.runner.work import (
+    EvalgateWork,
+    evalgate_estimate_tokens,
+    evalgate_identity_header,
+    evalgate_request_body,
+)
 from pytest_evalgate.store import (
     EvalgateIdentity,
     EvalgateOutcome,
@@ -88,99 +77,17 @@ from pytest_evalgate.store import (
     EvalgateSegmentWriter,
     EvalgateStandIn,
     evalgate_not_requested,
-    evalgate_record_line,
     evalgate_store_failed,
 )
 from pytest_evalgate.store.journal import evalgate_journal_folder, evalgate_read_journal
 
-if TYPE_CHECKING:  # types only: the suite's manifest is loaded by the session
-    from pytest_evalgate.manifest.dataset import EvalgateCase
-    from pytest_evalgate.manifest.load import EvalgateManifest
-
-__all__ = [
-    "EvalgateLimits",
-    "EvalgateProgress",
-    "EvalgateRunner",
-    "EvalgateSuiteRun",
-    "EvalgateWork",
-    "evalgate_estimate_tokens",
-    "evalgate_identity_header",
-    "evalgate_request_body",
-]
+__all__ = ["EvalgateLimits", "EvalgateProgress", "EvalgateRunner"]
 
 _SEND_EVERY = 16  # top the window up every 16 consumed items: one pipe write, not sixteen
 _POLL_S = 0.25  # how often a waiting item loop checks commits and the child's health
 _MIN_POLL_S = 0.01
 
 _HaltKey = tuple[int, str]  # (id of the suite run, candidate): one stop channel
-
-
-@dataclass
-class EvalgateSuiteRun:
-    """Everything the runner needs about one suite in this process."""
-
-    manifest: EvalgateManifest
-    scorer: EvalgateScorer
-    threshold: float
-    endpoints: dict[str, EvalgateEndpoint]
-    prefixes: dict[str, str]
-    keys: dict[str, str]
-    sandbox: dict[str, Any] | None = None  # scorer: code (runner.execution settings)
-    tools: dict[str, Any] | None = None  # a tool suite's fixture for the child (with services)
-    # multiple choice by log-likelihood (SPEC 18): candidate -> the max_tokens its probe chose
-    choice_max_tokens: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class EvalgateWork:
-    """One identity to request: a case, a candidate, a repetition, and its shard."""
-
-    key: EvalgateIdentity
-    suite: EvalgateSuiteRun = field(compare=False, hash=False)
-    case: EvalgateCase = field(compare=False, hash=False)
-    candidate: str
-    repetition: int
-    shard: int
-
-    def evalgate_grade(self, output: str) -> tuple[float | None, bool | None]:
-        """(score, passed) of ``output`` against the case's target, by the suite's scorer;
-        (None, None) for a judged suite, whose grade is the judgment record's."""
-        if self.suite.manifest.judged is not None:
-            return None, None
-        score = float(self.suite.scorer(output, self.case.target))
-        return score, evalgate_passed(score, self.suite.threshold)
-
-    def evalgate_seal(self, outcome: EvalgateOutcome, writer: str) -> EvalgateRecord:
-        """This identity's sealed record of ``outcome`` (scored unless it is an error)."""
-        return self.evalgate_seal_line(outcome, writer)[0]
-
-    def evalgate_seal_line(
-        self, outcome: EvalgateOutcome, writer: str
-    ) -> tuple[EvalgateRecord, bytes]:
-        """``evalgate_seal`` and the record's segment line (``store.evalgate_record_line``)."""
-        code = "sandbox" in outcome  # scorer: code: graded by its execution, not its text
-        grade = evalgate_code_grade(outcome) if code else self.evalgate_grade
-        judged = self.suite.manifest.judged is not None  # its judge reads the transcript
-        if self.case.choices and outcome["error"] is None:  # multiple choice (SPEC 18)
-            outcome, grade = evalgate_choice_graded(self.case, self.suite.manifest, outcome)
-        elif self.case.choices and "choice" in outcome:  # an error: no picks, nothing graded
-            outcome = evalgate_choice_errored(self.case, outcome)
-        elif "dialogue" in outcome and outcome["error"] is None and not judged:
-            suite = self.suite
-            outcome, grade = evalgate_dialogue_graded(
-                self.case, suite.manifest, suite.scorer, suite.threshold, outcome
-            )
-        return evalgate_record_line(
-            self.key,
-            outcome,
-            grade,
-            definition_digest=self.suite.manifest.definition_digest,
-            candidate_key=self.suite.keys[self.candidate],
-            category=self.case.category,
-            cluster=self.case.cluster,
-            shard=self.shard,
-            writer=writer,
-        )
 
 
 @dataclass
@@ -243,11 +150,7 @@ class EvalgateRunner:
         self._boxes: dict[int, int] = {}  # id of a suite's tool fixture -> its number on the wire
         self._done: dict[EvalgateIdentity, EvalgateRecord | EvalgateStandIn] = {}
         self._stopped: dict[_HaltKey, str] = {}
-        self._outbox: list[bytes] = []
-        self._inbox = b""
-        self._child: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
-        self._eof = False
+        self._pipe = EvalgateChildPipe()
         self._failure: str | None = None
         self._committer = EvalgateCommitter(writer)
         # a record is handed to its item only once committed (docs/store.md): the batch it
@@ -262,16 +165,15 @@ class EvalgateRunner:
 
     def evalgate_start(self) -> None:
         """Start the child and send it the setup and the first window of works."""
-        # stderr stays open for the child's life (closed in _reap): a crash is read back.
-        self._child, self._stderr = evalgate_spawn_child()
+        self._pipe.evalgate_start()
         self._committer.start()
         self._replay = self._journaled()
         setup = EvalgateWireSetup(
             self._concurrency, self._limits, self._journal_store, self._writer.writer
         )
-        self._outbox.append(evalgate_encode(setup))
+        self._pipe.evalgate_send(setup)
         self._fill()
-        self._flush()
+        self._pipe.evalgate_flush()
 
     def evalgate_confirm(self, works: Sequence[EvalgateWork]) -> None:
         """Run ``works`` (the collected items' works, in their order) instead of the works the
@@ -284,7 +186,7 @@ class EvalgateRunner:
         wanted = {work.key for work in self._works}
         self.progress.expected = len(self._works) + sum(key not in wanted for key in self._sent)
         self._fill()
-        self._flush()
+        self._pipe.evalgate_flush()
 
     def evalgate_wait(self, work: EvalgateWork) -> EvalgateRecord | EvalgateStandIn:
         """Block until ``work``'s record is ready; returns the sealed record, or the
@@ -304,7 +206,7 @@ class EvalgateRunner:
         self._consumed += 1
         if self._consumed % _SEND_EVERY == 0:
             self._fill()
-        self._flush()
+        self._pipe.evalgate_flush()
         return record
 
     def evalgate_urge(self, work: EvalgateWork) -> None:
@@ -334,39 +236,21 @@ class EvalgateRunner:
             raise EvalgateError(f"evalgate runner failed: {self._failure}")
 
     def _drain(self) -> None:
-        child = self._child
-        if child is None or child.stdin is None or self.store_failure is not None:
+        if self.store_failure is not None or not self._pipe.evalgate_close_input():
             return
-        self._outbox.append(evalgate_encode(EvalgateWireClose()))
-        self._flush()
-        evalgate_close_quietly(child.stdin)
-        while not self._eof:
+        while not self._pipe.eof:
             self._pump(self._writer_timeout())
         self._commit_due()
 
     def _reap(self) -> None:
-        child = self._child
-        if child is None:
-            return
-        if child.poll() is None and not self._eof:
-            child.kill()  # only on an error path: the drain above ends with the child's exit
-        try:
-            status = child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            status = child.wait()
-        if status != 0 and self._failure is None:
-            self._failure = f"child exited with status {status}: {self._stderr_tail()}"
-        evalgate_close_quietly(child.stdout)
-        evalgate_close_quietly(self._stderr)
+        failure = self._pipe.evalgate_reap()
+        if failure is not None and self._failure is None:
+            self._failure = failure
 
     def _check_alive(self) -> None:
-        if self._failure is not None or self._eof:
-            reason = self._failure or f"child process ended: {self._stderr_tail()}"
+        if self._failure is not None or self._pipe.eof:
+            reason = self._failure or f"child process ended: {self._pipe.evalgate_stderr_tail()}"
             raise EvalgateError(f"evalgate runner stopped: {reason}")
-
-    def _stderr_tail(self) -> str:
-        return evalgate_stderr_tail(self._stderr)
 
     def _writer_timeout(self) -> float:
         # Never 0: a waiting item loop sleeps in select() instead of spinning.
@@ -388,8 +272,8 @@ class EvalgateRunner:
             self._send(work, urgent=True)
         elif index not in self._urged:
             self._urged.add(index)
-            self._outbox.append(evalgate_encode(EvalgateWireUrge(index)))
-        self._flush()
+            self._pipe.evalgate_send(EvalgateWireUrge(index))
+        self._pipe.evalgate_flush()
 
     def _journaled(self) -> dict[tuple[str, str], EvalgateOutcome]:
         # Answers a killed run journaled but did not commit: replayed instead of requested.
@@ -442,7 +326,7 @@ class EvalgateRunner:
             evalgate_execution_request(work.suite.sandbox, work.case.target),
             self._dialogue(work),
         )
-        self._outbox.append(evalgate_encode(request))
+        self._pipe.evalgate_send(request)
 
     def _dialogue(self, work: EvalgateWork) -> dict[str, Any] | None:
         if work.case.choices:  # multiple choice (SPEC 18): None for method: generate
@@ -454,7 +338,7 @@ class EvalgateRunner:
             index = self._boxes.get(id(fixture))
             if index is None:  # declared on the wire before the first work that runs it
                 index = self._boxes[id(fixture)] = len(self._boxes)
-                self._outbox.append(evalgate_encode(EvalgateWireTools(index, fixture)))
+                self._pipe.evalgate_send(EvalgateWireTools(index, fixture))
             spec["box"] = index
         return spec
 
@@ -463,41 +347,26 @@ class EvalgateRunner:
         index = self._endpoints.get(endpoint)
         if index is None:
             index = self._endpoints[endpoint] = len(self._endpoints)
-            self._outbox.append(evalgate_encode(EvalgateWireEndpoint(index, endpoint)))
+            self._pipe.evalgate_send(EvalgateWireEndpoint(index, endpoint))
         return index
 
     def _halt_index(self, work: EvalgateWork) -> int:
         return self._halts.setdefault(_halt_key(work), len(self._halts))
 
-    def _flush(self) -> None:
-        child = self._child
-        if not self._outbox or child is None or child.stdin is None or child.stdin.closed:
-            return
-        data = b"".join(self._outbox)
-        self._outbox.clear()
-        try:
-            child.stdin.write(data)
-            child.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            self._eof = True  # the child is gone; _check_alive reports why
-
     # -- receiving --------------------------------------------------------------------------
 
     def _pump(self, timeout: float) -> None:
         """Read what the child reported (waiting up to ``timeout`` for the first byte)."""
-        child = self._child
-        if child is None or child.stdout is None or self._eof:
+        pipe = self._pipe
+        if not pipe.evalgate_readable():
             return
-        fd = child.stdout.fileno()
-        if timeout > 0 and not select.select([fd], [], [], timeout)[0]:
+        if timeout > 0 and not pipe.evalgate_wait(timeout):
             self._commit_due()
             return
-        self._read(fd)
+        self._read(pipe.evalgate_read())
         self._commit_due()
 
-    def _read(self, fd: int) -> None:
-        lines, self._inbox, eof = evalgate_read_lines(fd, self._inbox)
-        self._eof = self._eof or eof
+    def _read(self, lines: list[bytes]) -> None:
         for line in lines:
             try:
                 self._receive(evalgate_decode_for_parent(line))
@@ -559,7 +428,7 @@ class EvalgateRunner:
                 del self._batch[key]
                 return True
             if number is None and (
-                self._eof or len(self._unbatched) >= self._window // 2 or self._all_answered()
+                self._pipe.eof or len(self._unbatched) >= self._window // 2 or self._all_answered()
             ):
                 # the child is done, half the window waits for this commit, or no answer is
                 # still to come (the run's tail): commit now rather than wait for the writer's
@@ -581,10 +450,7 @@ class EvalgateRunner:
         if self.store_failure is None:
             self.store_failure = str(failure)
             self._next = len(self._works)  # nothing more is sent
-            child = self._child
-            if child is not None and child.poll() is None:
-                child.kill()  # our own child: what it was still asking cannot be kept
-            self._eof = True
+            self._pipe.evalgate_kill()  # our own child: what it was still asking cannot be kept
         self.lost = self._writer.sealed - self._writer.committed
         return False
 
@@ -598,35 +464,3 @@ class EvalgateRunner:
 
 def _halt_key(work: EvalgateWork) -> _HaltKey:
     return (id(work.suite), work.candidate)
-
-
-def evalgate_request_body(work: EvalgateWork) -> dict[str, Any]:
-    """The request body (without model/stream): prompt plus generation settings.
-
-    A fixed ``seed`` is offset by the repetition, so a deliberate re-sample differs when the
-    temperature allows it; a transport retry resends the same body.
-    """
-    manifest = work.suite.manifest
-    body: dict[str, Any] = manifest.generation.evalgate_request_fields()
-    if manifest.generation.seed is not None:
-        body["seed"] = manifest.generation.seed + work.repetition
-    prompt = work.case.evalgate_prompt_json()
-    body["prompt" if isinstance(prompt, str) else "messages"] = prompt
-    return evalgate_tools_body(work.suite.manifest, body)
-
-
-def evalgate_identity_header(work: EvalgateWork) -> str:
-    """The ``x-evalgate-identity`` header value: ``revision/candidate/case/rN``."""
-    revision, case_id, candidate, repetition = work.key
-    return f"{revision}/{candidate}/{case_id}/r{repetition}"
-
-
-def evalgate_estimate_tokens(work: EvalgateWork) -> int:
-    """Tokens to reserve from the tokens-per-minute budget: prompt size (4 chars a token) plus
-    ``max_tokens``; corrected by the response's ``usage`` afterwards."""
-    prompt = work.case.evalgate_prompt_json()
-    chars = len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
-    loglik = work.case.choices and evalgate_by_loglikelihood(work.suite.manifest.evaluator)
-    if loglik and isinstance(prompt, str):  # one echoed request per choice (SPEC 18)
-        return chars // 4 + 1 + max(len(c) for c in work.case.choices) // 4 + 2
-    return chars // 4 + 1 + work.suite.manifest.generation.max_tokens

@@ -13,7 +13,7 @@ from pytest_evalgate.manifest.judge import EvalgateJudged
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.runner.judge_suite import EvalgateJudgeSuite
 from pytest_evalgate.runner.judging import EvalgateJudgeStage
-from pytest_evalgate.runner.parent import EvalgateSuiteRun
+from pytest_evalgate.runner.work import EvalgateSuiteRun
 from pytest_evalgate.session.launch import evalgate_limits
 from pytest_evalgate.session.suite import EvalgateSuite
 from pytest_evalgate.shard.plan import EvalgateTopology

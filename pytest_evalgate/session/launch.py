@@ -22,12 +22,8 @@ from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.items import EvalgateItem
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.runner.choice import evalgate_is_loglikelihood, evalgate_probe_choices
-from pytest_evalgate.runner.parent import (
-    EvalgateLimits,
-    EvalgateRunner,
-    EvalgateSuiteRun,
-    EvalgateWork,
-)
+from pytest_evalgate.runner.parent import EvalgateLimits, EvalgateRunner
+from pytest_evalgate.runner.work import EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.session.progress import EvalgateProgressLine, evalgate_progress_wanted
 from pytest_evalgate.session.usage import evalgate_usage_errors
 from pytest_evalgate.shard.plan import EvalgateTopology

@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.items import EvalgateItem
-from pytest_evalgate.runner.parent import EvalgateSuiteRun, EvalgateWork
+from pytest_evalgate.runner.work import EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.session.options import EvalgateOptions
 from pytest_evalgate.session.select import EvalgateSelector
 from pytest_evalgate.session.suite import EvalgateSuite

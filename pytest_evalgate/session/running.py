@@ -23,13 +23,9 @@ from pytest_evalgate.dialogue.service import EvalgateToolServices
 from pytest_evalgate.endpoints.resolve import EvalgateEndpointPool
 from pytest_evalgate.errors import EvalgateStorePathError
 from pytest_evalgate.items import EvalgateItem
-from pytest_evalgate.runner.parent import (
-    EvalgateProgress,
-    EvalgateRunner,
-    EvalgateSuiteRun,
-    EvalgateWork,
-)
+from pytest_evalgate.runner.parent import EvalgateProgress, EvalgateRunner
 from pytest_evalgate.runner.spawn import evalgate_discard_prespawned
+from pytest_evalgate.runner.work import EvalgateSuiteRun, EvalgateWork
 from pytest_evalgate.session.defects import EvalgateDefects
 from pytest_evalgate.session.gcpause import evalgate_resume_gc
 from pytest_evalgate.session.launch import evalgate_make_runner
