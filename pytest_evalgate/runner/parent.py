@@ -428,19 +428,20 @@ class EvalgateRunner:
                 del self._batch[key]
                 return True
             if number is None and (
-                self._pipe.eof or len(self._unbatched) >= self._window // 2 or self._all_answered()
+                self._pipe.eof or len(self._unbatched) >= self._window // 2 or self._idle()
             ):
                 # the child is done, half the window waits for this commit, or no answer is
-                # still to come (the run's tail): commit now rather than wait for the writer's
-                # age, which kept the last items (and the gate) waiting 0.5 s
+                # on its way (every work sent is answered: the run's tail, or a window the
+                # blocked item loop cannot refill): commit now rather than wait for the
+                # writer's age, which kept each such item (and the gate) waiting 0.5 s
                 self._take()
             elif number is None:
                 self._pump(self._writer_timeout())
         return False
 
-    def _all_answered(self) -> bool:
-        """Every work is sent and the child answered each (nothing more will be sealed)."""
-        return self._next >= len(self._works) and self._answered == len(self._wire)
+    def _idle(self) -> bool:
+        """Every work sent so far is answered: no answer in flight could join the batch."""
+        return self._answered == len(self._wire)
 
     def _store_ok(self) -> bool:
         """False once a commit failed; the first time, stop requesting (docs/store.md)."""
