@@ -332,7 +332,7 @@ def test_policies_take_the_judge_rules(tmp_path: Path) -> None:
 
 
 def test_the_gate_evaluates_judge_rules_from_the_gate_input(tmp_path: Path) -> None:
-    from pytest_evalgate.aggregate.combine import EvalgateGateInput
+    from pytest_evalgate.aggregate.paired import EvalgateGateInput
 
     path = tmp_path / "gate.yaml"
     path.write_text(yaml.safe_dump(

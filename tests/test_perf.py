@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.gate.rules import evalgate_evaluate

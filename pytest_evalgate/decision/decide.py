@@ -20,7 +20,6 @@ from typing import Any, cast
 from pytest_evalgate.aggregate.code import evalgate_code_record
 from pytest_evalgate.aggregate.combine import (
     EvalgateAggregate,
-    EvalgateGateInput,
     EvalgateSelection,
     evalgate_aggregate,
 )
@@ -30,6 +29,7 @@ from pytest_evalgate.aggregate.contamination import (
     evalgate_contamination_record,
 )
 from pytest_evalgate.aggregate.judged import evalgate_judge_facts, evalgate_with_facts
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.attest.dsse import (
     evalgate_refusal_reason,
     evalgate_sign,
