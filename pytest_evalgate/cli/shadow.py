@@ -97,11 +97,8 @@ def _serve(args: argparse.Namespace) -> bool:
 
     from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.runner.child import evalgate_loop_factory
-    from pytest_evalgate.shadow.proxy import (
-        EvalgateShadowConfig,
-        EvalgateShadowProxy,
-        evalgate_shadow_listen,
-    )
+    from pytest_evalgate.shadow.proxy import EvalgateShadowConfig, EvalgateShadowProxy
+    from pytest_evalgate.shadow.server import evalgate_shadow_listen
 
     if not 0.0 <= args.percent <= 100.0:
         raise EvalgateConfigError("shadow serve", "percent", f"in 0..100 (got {args.percent!r})")
