@@ -17,7 +17,8 @@ from pytest_evalgate.aggregate.judged import EvalgateJudgeFacts, evalgate_judge_
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate.judge import evalgate_judge_rule
 from pytest_evalgate.gate.rules import evalgate_evaluate
-from pytest_evalgate.judge.agreement import EvalgateGoldenPointwise, evalgate_pointwise_agreement
+from pytest_evalgate.judge.agreement import evalgate_pointwise_agreement
+from pytest_evalgate.judge.golden import EvalgateGoldenPointwise
 from pytest_evalgate.judge.pairwise import (
     EvalgatePairJudgment,
     evalgate_pair_outcome,

@@ -254,7 +254,7 @@ def _check_golden(judged: EvalgateJudged, cases: tuple[EvalgateCase, ...]) -> No
     path = judged.judge.golden_path
     if path is None:
         return
-    from pytest_evalgate.judge.agreement import evalgate_load_golden
+    from pytest_evalgate.judge.golden import evalgate_load_golden
 
     evalgate_load_golden(path, judged.evaluator, {case.case_id for case in cases})
 
