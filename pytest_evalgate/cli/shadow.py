@@ -127,7 +127,7 @@ def _serve(args: argparse.Namespace) -> bool:
 
 def _writer(args: argparse.Namespace, pid: int) -> EvalgatePairWriter | None:
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.manifest.load import evalgate_check_name
+    from pytest_evalgate.manifest.validate import evalgate_check_name
     from pytest_evalgate.store.location import evalgate_open_store
 
     if args.store is None:
