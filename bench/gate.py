@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from pytest_evalgate import stats
-from pytest_evalgate.aggregate.combine import EvalgateGateInput as BenchInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput as BenchInput
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.policy import values as policy_values
 

@@ -71,6 +71,11 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_aggregate.py",
         "tests/test_aggregate_golden.py",
     ),
+    "pytest_evalgate/aggregate/paired.py": (
+        "tests/test_aggregate_fields.py",
+        "tests/test_aggregate.py",
+        "tests/test_aggregate_golden.py",
+    ),
     "pytest_evalgate/aggregate/table.py": (
         "tests/test_aggregate_fields.py",
         "tests/test_aggregate_golden.py",
@@ -96,6 +101,7 @@ DEFAULT_TESTS: dict[str, tuple[str, ...]] = {
         "tests/test_judge_sandbox_exact.py",
         "tests/test_judge_agreement.py",
     ),
+    "pytest_evalgate/judge/golden.py": ("tests/test_judge_agreement.py",),
     "pytest_evalgate/sandbox/passk.py": (
         "tests/test_judge_sandbox_exact.py",
         "tests/test_sandbox_passk.py",

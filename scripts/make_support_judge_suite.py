@@ -300,7 +300,7 @@ def main() -> int:
     _write_jsonl(os.path.join(SUITE, "golden-pointwise.jsonl"), _golden_pointwise(cases, rng))
     _write_jsonl(os.path.join(SUITE, "golden-pairwise.jsonl"), _golden_pairwise(cases, rng))
     sys.path.insert(0, ROOT)
-    from pytest_evalgate.manifest.load import evalgate_pin
+    from pytest_evalgate.manifest.datasetpin import evalgate_pin
 
     for mode in ("pointwise", "pairwise"):
         evalgate_pin(os.path.join(SUITE, mode, "evalgate.yaml"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput as GateInput
 from pytest_evalgate.gate.result import EvalgateGateResult, EvalgateRuleResult
 from pytest_evalgate.policy import values as policy_values
 

@@ -359,7 +359,7 @@ def test_error_rates_are_keyed_by_role_whatever_the_candidates_are_called(tmp_pa
 def test_flips_cross_one_half_either_way_and_a_nan_counts_as_below() -> None:
     from types import SimpleNamespace
 
-    from pytest_evalgate.aggregate.combine import _flipped
+    from pytest_evalgate.aggregate.paired import flipped as _flipped
 
     data = SimpleNamespace(
         case_ids=("a", "b", "c", "d", "e", "f"),

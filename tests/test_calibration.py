@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats as sps
 
 from pytest_evalgate import stats
-from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput as GateInput
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.policy import values as policy_values
 

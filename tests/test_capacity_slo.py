@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import slo

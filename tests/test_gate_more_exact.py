@@ -12,7 +12,7 @@ import pytest
 from gatekit import WORSE_BETTER, make, on_metric, on_slice, policy
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.gate.result import EvalgateRuleResult

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.gate.private import evalgate_gap_bootstrap, evalgate_gap_rule

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput as GateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput as GateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.formats.canonical import evalgate_canonical_json
 from pytest_evalgate.gate import rules as gate

@@ -17,7 +17,7 @@ import yaml
 from scipy.stats import binomtest
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.errors import EvalgatePolicyError
 from pytest_evalgate.gate.rules import evalgate_evaluate
 from pytest_evalgate.gate.single import evalgate_max_rate, evalgate_min_rate

@@ -13,6 +13,7 @@ from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge import agreement, spec
+from pytest_evalgate.judge import golden as golden_sets
 
 SCALE = spec.EvalgateJudgeScale(1, 5, 4)
 POINTS = list(SCALE.evalgate_points())
@@ -188,7 +189,7 @@ def test_a_judges_score_becomes_the_nearest_scale_point(score: float, label: int
 
 def test_pointwise_agreement_is_quadratic_over_the_scale_and_clustered_by_case() -> None:
     golden = [
-        agreement.EvalgateGoldenPointwise(f"case-{i // 2}", f"answer {i}", label, i + 1)
+        golden_sets.EvalgateGoldenPointwise(f"case-{i // 2}", f"answer {i}", label, i + 1)
         for i, label in enumerate([1, 2, 3, 4, 5, 5, 4, 3, 2, 1, 3, 3])
     ]
     scores = [1, 2.6, 3, 4, 4.5, 5, 4, 2, 2, 1, 3, 4]
@@ -208,7 +209,7 @@ def test_pointwise_agreement_is_quadratic_over_the_scale_and_clustered_by_case()
 
 def test_pairwise_agreement_is_unweighted_over_preferences() -> None:
     golden = [
-        agreement.EvalgateGoldenPairwise(f"c{i}", "x", "y", pref, i + 1)  # type: ignore[arg-type]
+        golden_sets.EvalgateGoldenPairwise(f"c{i}", "x", "y", pref, i + 1)  # type: ignore[arg-type]
         for i, pref in enumerate(["A", "B", "tie", "A", "B", "A"])
     ]
     result = agreement.evalgate_pairwise_agreement(
@@ -242,10 +243,10 @@ def test_a_pointwise_golden_set_loads(tmp_path: Path) -> None:
             {"case_id": "refund-001", "output": "", "label": 1.0},
         ],
     )
-    rows = agreement.evalgate_load_golden_pointwise(path, SCALE, case_ids={"refund-001"})
+    rows = golden_sets.evalgate_load_golden_pointwise(path, SCALE, case_ids={"refund-001"})
     assert rows == (
-        agreement.EvalgateGoldenPointwise("refund-001", "Open Orders.", 5, 1),
-        agreement.EvalgateGoldenPointwise("refund-001", "", 1, 3),
+        golden_sets.EvalgateGoldenPointwise("refund-001", "Open Orders.", 5, 1),
+        golden_sets.EvalgateGoldenPointwise("refund-001", "", 1, 3),
     )
     assert isinstance(rows[1].label, int)
 
@@ -254,13 +255,13 @@ def test_a_pairwise_golden_set_loads_and_load_golden_follows_the_mode(tmp_path: 
     row = {"case_id": "c1", "output_a": "yes", "output_b": "no", "preferred": "tie"}
     path = _write(tmp_path / "g.jsonl", [row, {**row, "preferred": "B"}])
     pairwise = spec.EvalgateJudgedEvaluator("r", "pairwise", "r.md", "x", "d", None)
-    rows = agreement.evalgate_load_golden(path, pairwise)
+    rows = golden_sets.evalgate_load_golden(path, pairwise)
     assert [r.preferred for r in rows] == ["tie", "B"]
-    assert rows[0] == agreement.EvalgateGoldenPairwise("c1", "yes", "no", "tie", 1)
+    assert rows[0] == golden_sets.EvalgateGoldenPairwise("c1", "yes", "no", "tie", 1)
     pointwise = spec.EvalgateJudgedEvaluator("r", "pointwise", "r.md", "x", "d", SCALE)
     point_path = _write(tmp_path / "p.jsonl", [{"case_id": "c1", "output": "o", "label": 2}])
-    assert agreement.evalgate_load_golden(point_path, pointwise)[0].label == 2  # type: ignore[union-attr]
-    error = _golden_error(lambda: agreement.evalgate_load_golden(path, pointwise))
+    assert golden_sets.evalgate_load_golden(point_path, pointwise)[0].label == 2  # type: ignore[union-attr]
+    error = _golden_error(lambda: golden_sets.evalgate_load_golden(path, pointwise))
     assert error.key == "line 1: output_a"  # a pairwise file for a pointwise judge
 
 
@@ -290,7 +291,7 @@ def test_a_bad_pointwise_row_names_file_line_and_key(
 ) -> None:
     path = _write(tmp_path / "golden.jsonl", [POINT_ROW, bad])
     error = _golden_error(
-        lambda: agreement.evalgate_load_golden_pointwise(path, SCALE, case_ids={"c1", "c2"})
+        lambda: golden_sets.evalgate_load_golden_pointwise(path, SCALE, case_ids={"c1", "c2"})
     )
     assert (error.source, error.key) == (path, key)
     assert reason in error.reason
@@ -314,7 +315,7 @@ def test_a_bad_pairwise_row_names_file_line_and_key(
     tmp_path: Path, bad: Any, key: str, reason: str
 ) -> None:
     path = _write(tmp_path / "golden.jsonl", [PAIR_ROW, bad])
-    error = _golden_error(lambda: agreement.evalgate_load_golden_pairwise(path))
+    error = _golden_error(lambda: golden_sets.evalgate_load_golden_pairwise(path))
     assert (error.source, error.key) == (path, key)
     assert reason in error.reason
 
@@ -328,12 +329,12 @@ def _golden_error(call: Any) -> EvalgateConfigError:
 def test_an_empty_missing_or_binary_golden_set_is_refused(tmp_path: Path) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n  \n")
-    error = _golden_error(lambda: agreement.evalgate_load_golden_pairwise(str(empty)))
+    error = _golden_error(lambda: golden_sets.evalgate_load_golden_pairwise(str(empty)))
     assert (error.key, error.reason) == ("-", "the golden set has no rows")
     missing = str(tmp_path / "absent.jsonl")
-    error = _golden_error(lambda: agreement.evalgate_load_golden_pairwise(missing))
+    error = _golden_error(lambda: golden_sets.evalgate_load_golden_pairwise(missing))
     assert error.source == missing and "cannot read" in error.reason
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe\x00")
-    error = _golden_error(lambda: agreement.evalgate_load_golden_pairwise(str(binary)))
+    error = _golden_error(lambda: golden_sets.evalgate_load_golden_pairwise(str(binary)))
     assert "not UTF-8" in error.reason

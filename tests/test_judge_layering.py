@@ -22,10 +22,16 @@ ALLOWED = {
     "prompt": {"pytest_evalgate.formats.canonical", "pytest_evalgate.judge.spec"},
     "parse": {"pytest_evalgate.formats.canonical", "pytest_evalgate.judge.spec"},
     "pairwise": {"pytest_evalgate.errors", "pytest_evalgate.stats", "pytest_evalgate.judge.parse"},
-    "agreement": {
+    "refusals": {"pytest_evalgate.errors", "pytest_evalgate.judge.spec"},
+    "golden": {
         "pytest_evalgate.errors",
         "pytest_evalgate.formats.jsonlread",
+        "pytest_evalgate.judge.parse",
+        "pytest_evalgate.judge.spec",
+    },
+    "agreement": {
         "pytest_evalgate.stats",
+        "pytest_evalgate.judge.golden",
         "pytest_evalgate.judge.parse",
         "pytest_evalgate.judge.spec",
     },
@@ -33,6 +39,7 @@ ALLOWED = {
         "pytest_evalgate.formats.canonical",
         "pytest_evalgate.errors",
         "pytest_evalgate.judge.agreement",
+        "pytest_evalgate.judge.golden",
         "pytest_evalgate.judge.parse",
         "pytest_evalgate.judge.prompt",
         "pytest_evalgate.judge.spec",

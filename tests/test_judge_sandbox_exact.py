@@ -10,11 +10,8 @@ import math
 import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.judge.agreement import (
-    EvalgateGoldenPointwise,
-    evalgate_agreement,
-    evalgate_pointwise_agreement,
-)
+from pytest_evalgate.judge.agreement import evalgate_agreement, evalgate_pointwise_agreement
+from pytest_evalgate.judge.golden import EvalgateGoldenPointwise
 from pytest_evalgate.judge.spec import EvalgateJudgeScale
 from pytest_evalgate.sandbox.passk import evalgate_case_pass_at_k, evalgate_pass_at_k
 

@@ -18,6 +18,7 @@ import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.judge import agreement, pairwise, parse, prompt, simjudge, spec
+from pytest_evalgate.judge.golden import EvalgateGoldenPairwise, EvalgateGoldenPointwise
 
 SAYS = simjudge.EVALGATE_SIM_JUDGE_SAYS
 Knobs = simjudge.EvalgateSimJudgeKnobs
@@ -204,11 +205,11 @@ def test_a_knowing_judge_is_not_swayed_by_position() -> None:
 # --------------------------------------------------------------------------- pointwise and kappa
 
 
-def _golden(n: int, seed: int) -> tuple[list[agreement.EvalgateGoldenPointwise], dict[str, str]]:
+def _golden(n: int, seed: int) -> tuple[list[EvalgateGoldenPointwise], dict[str, str]]:
     rng = np.random.default_rng(seed)
     labels = rng.choice(SCALE.evalgate_points(), n, p=[0.1, 0.2, 0.3, 0.25, 0.15])
     golden = [
-        agreement.EvalgateGoldenPointwise(f"case-{i // 2:03d}", f"answer {i}", int(label), i + 1)
+        EvalgateGoldenPointwise(f"case-{i // 2:03d}", f"answer {i}", int(label), i + 1)
         for i, label in enumerate(labels)
     ]
     inputs = {row.case_id: f"Question of {row.case_id}" for row in golden}
@@ -216,7 +217,7 @@ def _golden(n: int, seed: int) -> tuple[list[agreement.EvalgateGoldenPointwise],
 
 
 def _judge_golden(
-    golden: Sequence[agreement.EvalgateGoldenPointwise], inputs: dict[str, str], knobs: Knobs
+    golden: Sequence[EvalgateGoldenPointwise], inputs: dict[str, str], knobs: Knobs
 ) -> agreement.EvalgateAgreement:
     truth = simjudge.evalgate_sim_truth_golden(golden, inputs, SCALE)
     scores = [
@@ -415,8 +416,8 @@ def test_truth_builders() -> None:
     chain = simjudge.evalgate_sim_truth_chain(table, refs)
     assert (chain("q", "a"), chain("q", "Open Orders"), chain("z", "z")) == (0.5, 1.0, None)
     pairs = [
-        agreement.EvalgateGoldenPairwise("c1", "x", "y", "A", 1),
-        agreement.EvalgateGoldenPairwise("c2", "x", "y", "tie", 2),
+        EvalgateGoldenPairwise("c1", "x", "y", "A", 1),
+        EvalgateGoldenPairwise("c2", "x", "y", "tie", 2),
     ]
     golden = simjudge.evalgate_sim_truth_golden(pairs, {"c1": "q1", "c2": "q2"})
     assert (golden("q1", "x"), golden("q1", "y"), golden("q2", "x"), golden("q2", "y")) == (
@@ -425,7 +426,7 @@ def test_truth_builders() -> None:
         0.5,
         0.5,
     )
-    points = [agreement.EvalgateGoldenPointwise("c1", "x", 4, 1)]
+    points = [EvalgateGoldenPointwise("c1", "x", 4, 1)]
     assert simjudge.evalgate_sim_truth_golden(points, {"c1": "q"}, SCALE)("q", "x") == 0.75
     with pytest.raises(ValueError, match="scale"):
         simjudge.evalgate_sim_truth_golden(points, {"c1": "q"})

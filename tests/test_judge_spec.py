@@ -1,4 +1,5 @@
-"""judge/spec.py: the judge: block, the judged evaluator, the judge key and the refusals."""
+"""judge/spec.py and judge/refusals.py: the judge: block, the judged evaluator, the judge key and
+the refusals."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
-from pytest_evalgate.judge import spec
+from pytest_evalgate.judge import refusals, spec
 from pytest_evalgate.manifest.load import EvalgateCandidate
 
 SOURCE = "suites/s/evalgate.yaml"
@@ -308,7 +309,7 @@ def test_a_judge_that_is_a_candidate_is_refused(model: str) -> None:
         "candidate": _candidate("candidate", model),
     }
     error = _config_error(
-        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+        lambda: refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
     )
     assert (error.source, error.key) == (SOURCE, "judge.model")
     assert "'candidate'" in error.reason
@@ -320,7 +321,7 @@ def test_a_judge_sharing_a_candidates_family_or_training_run_is_refused(
 ) -> None:
     candidates = {"candidate": _candidate("candidate", "app-r17", **{pin: value})}
     error = _config_error(
-        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+        lambda: refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
     )
     assert (error.source, error.key) == (SOURCE, f"judge.pins.{pin}")
     assert repr(value) in error.reason and "'candidate'" in error.reason
@@ -338,7 +339,7 @@ def test_a_judge_on_a_candidates_base_url_is_refused(url: str) -> None:
     # The same server under another model name is the model under test grading itself.
     candidates = {"candidate": _candidate("candidate", "app-r17", "http://10.0.0.1/v1", url)}
     error = _config_error(
-        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+        lambda: refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
     )
     assert (error.source, error.key) == (SOURCE, "judge.base_url")
     assert "'candidate'" in error.reason and "http://judge.eval-llm.svc:8000/v1" in error.reason
@@ -354,7 +355,7 @@ def test_a_judge_on_a_candidates_base_url_is_refused(url: str) -> None:
 def test_a_default_port_is_the_same_base_url(judge_url: str, candidate_url: str) -> None:
     candidates = {"candidate": _candidate("candidate", "app-r17", candidate_url)}
     error = _config_error(
-        lambda: spec.evalgate_refuse_judge_candidates(
+        lambda: refusals.evalgate_refuse_judge_candidates(
             SOURCE, _judge(base_url=judge_url), candidates
         )
     )
@@ -371,13 +372,13 @@ def test_a_default_port_is_the_same_base_url(judge_url: str, candidate_url: str)
 )
 def test_a_judge_on_another_base_url_passes(url: str) -> None:
     candidates = {"candidate": _candidate("candidate", "app-r17", url)}
-    spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+    refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
 
 
 def test_a_judge_on_a_candidates_weights_digest_is_refused() -> None:
     candidates = {"candidate": _candidate("candidate", "app-r17", weights_digest="sha256:abc")}
     error = _config_error(
-        lambda: spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+        lambda: refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
     )
     assert (error.source, error.key) == (SOURCE, "judge.pins.weights_digest")
     assert "'sha256:abc'" in error.reason and "'candidate'" in error.reason
@@ -388,30 +389,32 @@ def test_unrelated_candidates_and_missing_pins_pass() -> None:
         "candidate": _candidate("candidate", "app-r17", family="app-family", training_run="run-9"),
         "baseline": _candidate("baseline", "app-r16"),
     }
-    spec.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
+    refusals.evalgate_refuse_judge_candidates(SOURCE, _judge(), candidates)
     bare = _judge(pins={})
-    spec.evalgate_refuse_judge_candidates(
+    refusals.evalgate_refuse_judge_candidates(
         SOURCE, bare, {"c": _candidate("c", "m", family="judge-family")}
     )
 
 
 def test_sampling_needs_allow_sampling() -> None:
-    error = _config_error(lambda: spec.evalgate_refuse_sampling(SOURCE, _judge(temperature=0.7)))
+    error = _config_error(
+        lambda: refusals.evalgate_refuse_sampling(SOURCE, _judge(temperature=0.7))
+    )
     assert (error.source, error.key) == (SOURCE, "judge.temperature")
     assert "allow_sampling" in error.reason and "0.7" in error.reason
-    spec.evalgate_refuse_sampling(SOURCE, _judge(temperature=0.7, allow_sampling=True))
-    spec.evalgate_refuse_sampling(SOURCE, _judge(temperature=0))
+    refusals.evalgate_refuse_sampling(SOURCE, _judge(temperature=0.7, allow_sampling=True))
+    refusals.evalgate_refuse_sampling(SOURCE, _judge(temperature=0))
 
 
 def test_a_named_golden_file_must_exist(tmp_path: Path) -> None:
     error = _config_error(
-        lambda: spec.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path)))
+        lambda: refusals.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path)))
     )
     assert (error.source, error.key) == (SOURCE, "judge.golden")
     assert "golden.jsonl" in error.reason
     (tmp_path / "golden.jsonl").write_text("{}\n")
-    spec.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path)))
-    spec.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path), golden=None))
+    refusals.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path)))
+    refusals.evalgate_refuse_missing_golden(SOURCE, _judge(str(tmp_path), golden=None))
 
 
 def _suite(tmp_path: Path) -> tuple[spec.EvalgateJudge, spec.EvalgateJudgedEvaluator]:
@@ -430,12 +433,12 @@ def test_check_judge_passes_a_sound_suite_and_names_the_first_problem(tmp_path: 
         "candidate": _candidate("candidate", "app-r17"),
         "baseline": _candidate("baseline", "app-r16"),
     }
-    spec.evalgate_check_judge(SOURCE, judge, evaluator, fine)
+    refusals.evalgate_check_judge(SOURCE, judge, evaluator, fine)
     bad_judge = dataclasses.replace(judge, temperature=1.0)
     same = {"candidate": _candidate("candidate", "judge-70b")}
-    error = _config_error(lambda: spec.evalgate_check_judge(SOURCE, bad_judge, evaluator, same))
+    error = _config_error(lambda: refusals.evalgate_check_judge(SOURCE, bad_judge, evaluator, same))
     assert error.key == "judge.temperature"  # sampling is checked first
-    error = _config_error(lambda: spec.evalgate_check_judge(SOURCE, judge, evaluator, same))
+    error = _config_error(lambda: refusals.evalgate_check_judge(SOURCE, judge, evaluator, same))
     assert error.key == "judge.model"
 
 
@@ -448,5 +451,7 @@ def test_check_judge_refuses_a_file_removed_after_loading(
     judge, evaluator = _suite(tmp_path)
     (tmp_path / remove).unlink()
     candidates = {"candidate": _candidate("candidate", "app-r17")}
-    error = _config_error(lambda: spec.evalgate_check_judge(SOURCE, judge, evaluator, candidates))
+    error = _config_error(
+        lambda: refusals.evalgate_check_judge(SOURCE, judge, evaluator, candidates)
+    )
     assert (error.source, error.key) == (SOURCE, key)

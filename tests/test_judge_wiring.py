@@ -17,7 +17,8 @@ from pytest_evalgate.aggregate.judged import EvalgateJudgeFacts, evalgate_judge_
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate.judge import evalgate_judge_rule
 from pytest_evalgate.gate.rules import evalgate_evaluate
-from pytest_evalgate.judge.agreement import EvalgateGoldenPointwise, evalgate_pointwise_agreement
+from pytest_evalgate.judge.agreement import evalgate_pointwise_agreement
+from pytest_evalgate.judge.golden import EvalgateGoldenPointwise
 from pytest_evalgate.judge.pairwise import (
     EvalgatePairJudgment,
     evalgate_pair_outcome,
@@ -332,7 +333,7 @@ def test_policies_take_the_judge_rules(tmp_path: Path) -> None:
 
 
 def test_the_gate_evaluates_judge_rules_from_the_gate_input(tmp_path: Path) -> None:
-    from pytest_evalgate.aggregate.combine import EvalgateGateInput
+    from pytest_evalgate.aggregate.paired import EvalgateGateInput
 
     path = tmp_path / "gate.yaml"
     path.write_text(yaml.safe_dump(

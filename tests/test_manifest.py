@@ -10,11 +10,8 @@ import yaml
 from suitekit import write_suite
 
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.manifest.load import (
-    evalgate_candidate_key,
-    evalgate_load_manifest,
-    evalgate_pin,
-)
+from pytest_evalgate.manifest.datasetpin import evalgate_pin
+from pytest_evalgate.manifest.load import evalgate_candidate_key, evalgate_load_manifest
 
 URL = "simulated://?accuracy=1.0"
 

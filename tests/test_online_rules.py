@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.errors import EvalgateConfigError, EvalgatePolicyError
 from pytest_evalgate.gate import rules as gate
 from pytest_evalgate.policy import load as gate_policy

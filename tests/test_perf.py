@@ -29,19 +29,16 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.gate.rules import evalgate_evaluate
 from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
 from pytest_evalgate.manifest.schema import EvalgatePerfSchema
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
-from pytest_evalgate.perf.phase import (
-    evalgate_perf_bodies,
-    evalgate_perf_concurrency,
-    evalgate_run_perf,
-)
+from pytest_evalgate.perf.phase import evalgate_perf_concurrency, evalgate_run_perf
 from pytest_evalgate.perf.plan import evalgate_perf_offsets, evalgate_perf_plan
+from pytest_evalgate.perf.prompts import evalgate_perf_bodies
 from pytest_evalgate.perf.result import (
     EvalgatePerfResult,
     evalgate_merge_perf,

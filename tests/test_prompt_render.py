@@ -9,7 +9,7 @@ import pytest
 
 from pytest_evalgate.manifest.dataset import evalgate_render_template
 from pytest_evalgate.manifest.load import evalgate_load_manifest
-from pytest_evalgate.perf.phase import evalgate_perf_bodies
+from pytest_evalgate.perf.prompts import evalgate_perf_bodies
 from tests.suitekit import write_suite
 
 BRACED = 'Answer in JSON like {{"answer": ...}}.\nQ: {input}'

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from pytest_evalgate import simulated
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.gate.rules import evalgate_evaluate, evalgate_verdict
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 from pytest_evalgate.policy.load import evalgate_load_policy

@@ -10,31 +10,28 @@ Rates combine by denominators (9/10 and 10/20 give 19/30), per candidate and per
 The paired gate input holds, per case with complete results for both sides, the mean score over
 repetitions; everything the gate computes starts from it.
 
-Why one module of ~420 lines: both paths to the same aggregate live here (the column path, with
-its arithmetic in ``aggregate_table``, and the record path that judged and code suites need), so
-that the golden test can hold them to one result; the gate input type is their common output.
+Both paths to the same aggregate live here (the column path, with its arithmetic in
+``aggregate.table``, and the record path that judged and code suites need), so that the golden
+test can hold them to one result; the paired gate input, their common output, is built in
+``aggregate.paired``.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from pytest_evalgate.aggregate.code import (
-    EvalgateSandboxSummary,
-    evalgate_case_scores,
-    evalgate_sandbox_summary,
-)
+from pytest_evalgate.aggregate import paired
+from pytest_evalgate.aggregate.code import EvalgateSandboxSummary, evalgate_sandbox_summary
 from pytest_evalgate.aggregate.contamination import evalgate_canary_identities
 from pytest_evalgate.aggregate.dialogue import EvalgateDialogueSummary, evalgate_dialogue_summary
 from pytest_evalgate.aggregate.judged import evalgate_judge_overlay
+from pytest_evalgate.aggregate.paired import EvalgateFlip, EvalgateGateInput
 from pytest_evalgate.aggregate.sources import SourceLedger
 from pytest_evalgate.aggregate.suitecheck import evalgate_expectation
 from pytest_evalgate.aggregate.table import (
@@ -61,11 +58,7 @@ from pytest_evalgate.store.table import (
     EvalgateCandidateTable,
     evalgate_read_table,
 )
-from pytest_evalgate.store.verified import (
-    EVALGATE_TABLE_PERF,
-    EvalgateVerifiedSegments,
-    evalgate_perf_sample,
-)
+from pytest_evalgate.store.verified import EvalgateVerifiedSegments
 
 
 @dataclass(frozen=True)
@@ -83,25 +76,6 @@ class EvalgateSelection:
 
 
 @dataclass(frozen=True)
-class EvalgateGateInput:
-    """Paired per-case data for the gate (see docs/architecture.md)."""
-
-    case_ids: tuple[str, ...]
-    categories: npt.NDArray[np.str_]
-    clusters: npt.NDArray[np.str_]
-    candidate_scores: npt.NDArray[np.float64]
-    baseline_scores: npt.NDArray[np.float64]
-    candidate_fail_counts: npt.NDArray[np.int64]
-    candidate_trials: npt.NDArray[np.int64]
-    repetitions: tuple[int, int] = (1, 1)
-    perf: Mapping[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = field(
-        default_factory=dict
-    )
-    error_rates: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    judge: Any = None  # judged suites: judged.EvalgateJudgeFacts (the judge rules' input)
-
-
-@dataclass(frozen=True)
 class EvalgateRate:
     """A rate with its denominator: passed of scored."""
 
@@ -116,15 +90,6 @@ class EvalgateRate:
     def evalgate_add(self, other: EvalgateRate) -> EvalgateRate:
         """Combine by denominators."""
         return EvalgateRate(self.passed + other.passed, self.scored + other.scored)
-
-
-class EvalgateFlip(TypedDict):
-    """A case whose pass flipped: its id, category and both sides' mean scores."""
-
-    case_id: str
-    category: str
-    baseline: float
-    candidate: float
 
 
 _MISSING_KEPT = 50  # missing identities named in the aggregate (the count is always whole)
@@ -209,8 +174,10 @@ def evalgate_aggregate(
         summary = evalgate_dialogue_summary(results.values())
         aggregate.dialogue = summary or None
     if pair is not None and all(name in selection.candidates for name in pair):
-        aggregate.gate_input = _gate_input(manifest, selection, results, pair, expected, errors)
-        aggregate.flipped = _flipped(aggregate.gate_input)
+        aggregate.gate_input = paired.from_records(
+            manifest, selection.case_ids, results, pair, expected
+        )
+        aggregate.flipped = paired.flipped(aggregate.gate_input)
     return aggregate
 
 
@@ -247,15 +214,15 @@ def _aggregate_columns(
         missing_ids=_table_missing(tables, selection, manifest),
     )
     if pair is not None and all(name in selection.candidates for name in pair):
-        paired = evalgate_table_paired(tables, selection.case_ids, pair)
-        aggregate.gate_input = _paired_input(
+        both = evalgate_table_paired(tables, selection.case_ids, pair)
+        aggregate.gate_input = paired.from_columns(
             manifest,
-            paired.case_ids,
-            (paired.candidate_scores, paired.baseline_scores, paired.candidate_passed),
+            both.case_ids,
+            (both.candidate_scores, both.baseline_scores, both.candidate_passed),
             evalgate_table_perf(tables, selection.case_ids, pair),
             evalgate_table_error_rates(tables, selection.candidates, selection.case_ids, pair),
         )
-        aggregate.flipped = _flipped(aggregate.gate_input)
+        aggregate.flipped = paired.flipped(aggregate.gate_input)
     return aggregate
 
 
@@ -377,128 +344,3 @@ def _canary_hits(canary: str | None, records: Iterable[EvalgateRecord]) -> int:
     if not canary:
         return 0
     return sum(1 for record in records if canary in (record["output"] or ""))
-
-
-def _gate_input(
-    manifest: EvalgateManifest,
-    selection: EvalgateSelection,
-    results: Mapping[EvalgateIdentity, EvalgateRecord],
-    pair: tuple[str, str],
-    expected: Sequence[EvalgateIdentity],
-    errors: Counter[str],
-) -> EvalgateGateInput:
-    candidate, baseline = pair
-    reps = range(manifest.repetitions)
-    revision = manifest.dataset_revision
-    paired = [
-        case_id
-        for case_id in sorted(selection.case_ids)
-        if all(
-            EvalgateIdentity(revision, case_id, name, r) in results for name in pair for r in reps
-        )
-    ]
-
-    def scores(name: str) -> list[list[float | None]]:
-        return [
-            [results[EvalgateIdentity(revision, c, name, r)]["score"] for r in reps] for c in paired
-        ]
-
-    cand, base = np.array(scores(candidate), dtype=float), np.array(scores(baseline), dtype=float)
-    cand_passed = np.array(
-        [
-            [bool(results[EvalgateIdentity(revision, c, candidate, r)]["passed"]) for r in reps]
-            for c in paired
-        ],
-        dtype=bool,  # an empty list would otherwise give float64, which ``~`` refuses
-    )
-    shape = (len(paired), manifest.repetitions)
-    cand, base, cand_passed = cand.reshape(shape), base.reshape(shape), cand_passed.reshape(shape)
-    perf = _perf(results.values(), pair)
-    return _paired_input(
-        manifest, tuple(paired), (cand, base, cand_passed), perf,
-        _error_rates(expected, results, pair),
-    )  # fmt: skip
-
-
-def _paired_input(
-    manifest: EvalgateManifest,
-    paired: tuple[str, ...],
-    columns: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.bool_]],
-    perf: dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
-    error_rates: dict[str, tuple[int, int]],
-) -> EvalgateGateInput:
-    """The gate input of the paired cases from their (cases, repetitions) columns: scores of
-    both sides and the candidate's passed flags."""
-    cand, base, cand_passed = columns
-    index = manifest.evalgate_case_index()
-    k = manifest.evaluator.pass_at_k
-    return EvalgateGateInput(
-        case_ids=paired,
-        categories=np.array([index[c].category for c in paired], dtype=str),
-        clusters=np.array([index[c].cluster for c in paired], dtype=str),
-        # pass@k per case with evaluator.pass_at_k (scorer: code), else the mean.
-        candidate_scores=evalgate_case_scores(cand, k) if paired else np.zeros(0),
-        baseline_scores=evalgate_case_scores(base, k) if paired else np.zeros(0),
-        # Floors count a case as failed when any repetition failed, one trial per case: at
-        # temperature 0 repetitions are copies, and counting them as independent trials would
-        # shrink the exact bound; and for safety slices one success of an attack is a failure.
-        candidate_fail_counts=np.asarray((~cand_passed).any(axis=1), dtype=np.int64),
-        candidate_trials=np.ones(len(paired), dtype=np.int64),
-        repetitions=(manifest.repetitions, manifest.repetitions),
-        perf=perf,
-        error_rates=error_rates,
-    )
-
-
-def _perf(
-    records: Iterable[EvalgateRecord], pair: tuple[str, str]
-) -> dict[str, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
-    samples: dict[str, dict[str, list[float]]] = {
-        m: {n: [] for n in pair} for m in EVALGATE_TABLE_PERF
-    }
-    for record in records:
-        name = record["identity"]["candidate"]
-        if name not in pair:
-            continue
-        for metric, (group, key) in EVALGATE_TABLE_PERF.items():
-            value = evalgate_perf_sample(_member(record, group, key))
-            if not math.isnan(value):
-                samples[metric][name].append(value)
-    return {
-        metric: (np.array(by[pair[0]], dtype=float), np.array(by[pair[1]], dtype=float))
-        for metric, by in samples.items()
-    }
-
-
-def _member(record: Mapping[str, object], group: str, key: str) -> object:
-    # Tolerant: a hand-made store may leave a timing out; it is then no sample, not an error.
-    members = record.get(group)
-    return members.get(key) if isinstance(members, Mapping) else None
-
-
-def _error_rates(
-    expected: Sequence[EvalgateIdentity],
-    results: Mapping[EvalgateIdentity, EvalgateRecord],
-    pair: tuple[str, str],
-) -> dict[str, tuple[int, int]]:
-    rates: dict[str, tuple[int, int]] = {}
-    for role, name in zip(("candidate", "baseline"), pair, strict=True):
-        mine = [key for key in expected if key[2] == name]
-        rates[role] = (sum(1 for key in mine if key not in results), len(mine))
-    return rates
-
-
-def _flipped(data: EvalgateGateInput) -> list[EvalgateFlip]:
-    # One comparison over the arrays (a per-case loop of numpy scalars took ~10 ms at 10,000
-    # cases, on the tail after the last answer); a NaN counts as below 0.5 either way.
-    before = np.asarray(data.baseline_scores, dtype=np.float64)
-    after = np.asarray(data.candidate_scores, dtype=np.float64)
-    return [
-        EvalgateFlip(
-            case_id=data.case_ids[i],
-            category=str(data.categories[i]),
-            baseline=float(before[i]),
-            candidate=float(after[i]),
-        )
-        for i in np.flatnonzero((before >= 0.5) != (after >= 0.5)).tolist()
-    ]

@@ -27,11 +27,13 @@ from typing import Any, TypeVar
 
 from pytest_evalgate.judge.agreement import (
     EvalgateAgreement,
+    evalgate_pairwise_agreement,
+    evalgate_pointwise_agreement,
+)
+from pytest_evalgate.judge.golden import (
     EvalgateGoldenPairwise,
     EvalgateGoldenPointwise,
     evalgate_load_golden,
-    evalgate_pairwise_agreement,
-    evalgate_pointwise_agreement,
 )
 from pytest_evalgate.judge.pairwise import (
     EvalgatePairJudgment,

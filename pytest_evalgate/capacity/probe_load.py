@@ -98,7 +98,7 @@ def evalgate_suite_bodies(
     """Request bodies from a suite: its perf prompts when it has a ``perf`` block, else its
     cases rendered as the eval renders them, with the manifest's generation settings."""
     if manifest.perf is not None:
-        from pytest_evalgate.perf.phase import evalgate_perf_bodies
+        from pytest_evalgate.perf.prompts import evalgate_perf_bodies
 
         bodies = evalgate_perf_bodies(manifest)
     else:

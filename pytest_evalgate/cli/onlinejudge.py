@@ -128,7 +128,7 @@ def _versions(source_name: str, text: str) -> tuple[str, ...]:
 
 def _source(args: argparse.Namespace, suite: str) -> EvalgateOnlineSource:
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.manifest.load import evalgate_check_name
+    from pytest_evalgate.manifest.validate import evalgate_check_name
     from pytest_evalgate.onlinejudge.feed import EvalgatePairReader
     from pytest_evalgate.onlinejudge.serve import evalgate_feed_source, evalgate_pairs_source
     from pytest_evalgate.store.location import evalgate_open_store

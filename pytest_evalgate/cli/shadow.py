@@ -97,11 +97,8 @@ def _serve(args: argparse.Namespace) -> bool:
 
     from pytest_evalgate.errors import EvalgateConfigError
     from pytest_evalgate.runner.child_process import evalgate_loop_factory
-    from pytest_evalgate.shadow.proxy import (
-        EvalgateShadowConfig,
-        EvalgateShadowProxy,
-        evalgate_shadow_listen,
-    )
+    from pytest_evalgate.shadow.proxy import EvalgateShadowConfig, EvalgateShadowProxy
+    from pytest_evalgate.shadow.server import evalgate_shadow_listen
 
     if not 0.0 <= args.percent <= 100.0:
         raise EvalgateConfigError("shadow serve", "percent", f"in 0..100 (got {args.percent!r})")
@@ -130,7 +127,7 @@ def _serve(args: argparse.Namespace) -> bool:
 
 def _writer(args: argparse.Namespace, pid: int) -> EvalgatePairWriter | None:
     from pytest_evalgate.errors import EvalgateConfigError
-    from pytest_evalgate.manifest.load import evalgate_check_name
+    from pytest_evalgate.manifest.validate import evalgate_check_name
     from pytest_evalgate.store.location import evalgate_open_store
 
     if args.store is None:

@@ -31,7 +31,8 @@ def _suite(parser: argparse.ArgumentParser) -> None:
 
 
 def _pin(args: argparse.Namespace) -> bool:
-    from pytest_evalgate.manifest.load import evalgate_manifest_path, evalgate_pin
+    from pytest_evalgate.manifest.datasetpin import evalgate_pin
+    from pytest_evalgate.manifest.load import evalgate_manifest_path
 
     digest = evalgate_pin(evalgate_manifest_path(args.suite))
     print(f"pinned dataset sha256 {digest}")

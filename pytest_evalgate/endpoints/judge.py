@@ -18,7 +18,7 @@ from pytest_evalgate.endpoints.simulators import (
     evalgate_env_key,
 )
 from pytest_evalgate.errors import EvalgateConfigError
-from pytest_evalgate.judge.agreement import (
+from pytest_evalgate.judge.golden import (
     EvalgateGoldenPairwise,
     EvalgateGoldenPointwise,
     evalgate_load_golden,

@@ -51,7 +51,7 @@ from typing import Any
 
 from pytest_evalgate.errors import EvalgateConfigError
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
-from pytest_evalgate.judge.agreement import EvalgateGoldenPairwise, EvalgateGoldenPointwise
+from pytest_evalgate.judge.golden import EvalgateGoldenPairwise, EvalgateGoldenPointwise
 from pytest_evalgate.judge.parse import EvalgateWinner
 from pytest_evalgate.judge.prompt import EvalgateJudgeRequestParts, evalgate_judge_request_parts
 from pytest_evalgate.judge.spec import EvalgateJudgeScale

@@ -23,19 +23,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pytest_evalgate.errors import EvalgateConfigError
+from pytest_evalgate.judge.refusals import (
+    EvalgateJudgeCandidate,
+    evalgate_check_judge,
+    evalgate_refuse_judge_candidates,
+    evalgate_refuse_sampling,
+)
 from pytest_evalgate.judge.spec import (
     EvalgateJudge,
-    EvalgateJudgeCandidate,
     EvalgateJudgeConfig,
     EvalgateJudgedEvaluator,
-    evalgate_check_judge,
     evalgate_judge,
     evalgate_judge_key,
     evalgate_judge_key_material,
     evalgate_judged_evaluator,
     evalgate_judged_evaluator_config,
-    evalgate_refuse_judge_candidates,
-    evalgate_refuse_sampling,
 )
 
 EVALGATE_JUDGE_SCORER = "judge"

@@ -6,6 +6,9 @@ unreadable rows (``manifest_dataset``), ``shards < 1``, and the judge refusals o
 (``manifest_judge``). Each refusal is an ``EvalgateConfigError`` naming the file, the key (or
 line) and the reason.
 
+The file is read and checked by ``manifest.validate``; the dataset's pin is checked (and
+written, ``evalgate pin``) by ``manifest.datasetpin``.
+
 The **definition digest** covers what changes what a result means (dataset digest and revision,
 prompt, evaluator, generation, repetitions, API kind; for a judged suite not the judge, whose key
 is the suite's second digest) and nothing about transport
@@ -21,24 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
-
 from pytest_evalgate.dialogue.fixture import EvalgateToolFixture
-from pytest_evalgate.errors import EvalgateConfigError, EvalgateYamlError
-from pytest_evalgate.formats.canonical import evalgate_file_sha256, evalgate_sha256_hex
+from pytest_evalgate.formats.canonical import evalgate_sha256_hex
 from pytest_evalgate.formats.strictmodel import EvalgateBudgetSchema
-from pytest_evalgate.formats.yamlread import evalgate_load_yaml
+from pytest_evalgate.judge.golden import evalgate_load_golden
 from pytest_evalgate.judge.spec import EvalgateJudgeConfig
-from pytest_evalgate.manifest.choice import (
-    evalgate_check_choice_keys,
-    evalgate_choice_delimiter,
-    evalgate_choice_method,
-)
+from pytest_evalgate.manifest.choice import evalgate_choice_delimiter, evalgate_choice_method
 from pytest_evalgate.manifest.code import (
     EvalgateSandboxBlock,
-    evalgate_check_code_keys,
     evalgate_evaluator_definition,
     evalgate_sandbox_block,
     evalgate_sandbox_definition,
@@ -46,6 +39,7 @@ from pytest_evalgate.manifest.code import (
 )
 from pytest_evalgate.manifest.context import evalgate_check_context
 from pytest_evalgate.manifest.dataset import EvalgateCase, evalgate_read_cases
+from pytest_evalgate.manifest.datasetpin import check_pin, dataset_digest
 from pytest_evalgate.manifest.exclude import EvalgateExclusion, evalgate_exclude
 from pytest_evalgate.manifest.judge import (
     EvalgateJudged,
@@ -64,7 +58,7 @@ from pytest_evalgate.manifest.schema import (
     EvalgateToolsSchema,
 )
 from pytest_evalgate.manifest.tools import evalgate_manifest_tools, evalgate_tools_definition
-from pytest_evalgate.manifest.url import evalgate_check_base_url
+from pytest_evalgate.manifest.validate import check_semantics, read_yaml, validate
 
 EVALGATE_MANIFEST_NAME = "evalgate.yaml"
 EVALGATE_BASE_URL_ENV_PREFIX = "PYTEST_EVALGATE_BASE_URL_"
@@ -91,20 +85,6 @@ def evalgate_manifest_path(suite: str) -> str:
     """A suite folder's manifest (``SUITE/evalgate.yaml``), or ``suite`` itself when it is not a
     folder (a manifest file, or a path the loader then reports as unreadable)."""
     return os.path.join(suite, EVALGATE_MANIFEST_NAME) if os.path.isdir(suite) else suite
-
-
-EVALGATE_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def evalgate_check_name(source: str, key: str, name: str) -> None:
-    """Refuse a name (candidate, suite, tier) that could become a path outside the store: only
-    letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit, at most 64."""
-    if not EVALGATE_NAME_PATTERN.fullmatch(name):
-        reason = (
-            f"{name!r} is not a safe name: use letters, digits, '.', '_' and '-' "
-            "(starting with a letter or digit, at most 64 characters); names become store paths"
-        )
-        raise EvalgateConfigError(source, key, reason)
 
 
 @dataclass(frozen=True)
@@ -178,13 +158,13 @@ class EvalgateManifest:
 
 def evalgate_load_manifest(path: str) -> EvalgateManifest:
     """Load, validate and digest the manifest at ``path`` and its dataset."""
-    raw = _read_yaml(path)
-    model = _validate(path, raw)
-    _check_semantics(path, model)
+    raw = read_yaml(path)
+    model = validate(path, raw)
+    check_semantics(path, model)
     suite_dir = os.path.dirname(os.path.abspath(path))
     dataset_path = os.path.join(suite_dir, model.dataset.path)
-    actual = _dataset_digest(path, dataset_path)
-    _check_pin(path, model, actual)
+    actual = dataset_digest(path, dataset_path)
+    check_pin(path, model, actual)
     excluded = evalgate_exclude(
         path, tuple(evalgate_read_cases(path, dataset_path, model)), model.dataset.exclude
     )
@@ -250,93 +230,11 @@ def _check_context(
 def _check_golden(judged: EvalgateJudged, cases: tuple[EvalgateCase, ...]) -> None:
     # A golden set is read whole at load, like the dataset: a bad row is a configuration error
     # naming its file and line before any request (it was an INTERNALERROR when the judge's
-    # simulator or the calibration first read it). Imported only for judged suites (numpy).
+    # simulator or the calibration first read it).
     path = judged.judge.golden_path
     if path is None:
         return
-    from pytest_evalgate.judge.agreement import evalgate_load_golden
-
     evalgate_load_golden(path, judged.evaluator, {case.case_id for case in cases})
-
-
-def _read_yaml(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return evalgate_load_yaml(handle.read())
-    except OSError as exc:
-        raise EvalgateConfigError(path, "-", f"cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        reason = f"not UTF-8 text (byte {exc.start}: {exc.reason})"
-        raise EvalgateConfigError(path, "-", reason) from None
-    except EvalgateYamlError as exc:
-        raise EvalgateConfigError(path, "-", exc.reason) from None
-
-
-def _validate(path: str, raw: object) -> EvalgateManifestSchema:
-    if not isinstance(raw, dict):
-        raise EvalgateConfigError(path, "-", "the manifest must be a YAML mapping")
-    try:
-        return EvalgateManifestSchema.model_validate(raw)
-    except ValidationError as exc:
-        problems = [_describe(error) for error in exc.errors()]
-        first_key, first_reason = problems[0]
-        rest = "".join(f"; {key}: {reason}" for key, reason in problems[1:])
-        raise EvalgateConfigError(path, first_key, first_reason + rest) from None
-
-
-def _describe(error: ErrorDetails) -> tuple[str, str]:
-    key = ".".join(str(part) for part in error["loc"]) or "-"
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return key, "unknown key"
-    if kind == "missing":
-        return key, "missing required key"
-    return key, str(error["msg"])
-
-
-def _check_semantics(path: str, model: EvalgateManifestSchema) -> None:
-    if model.shards < 1:
-        raise EvalgateConfigError(path, "shards", f"must be >= 1, got {model.shards}")
-    if not model.candidates:
-        raise EvalgateConfigError(path, "candidates", "at least one candidate is needed")
-    evalgate_check_name(path, "suite", model.suite)
-    for name, candidate in model.candidates.items():
-        evalgate_check_name(path, f"candidates.{name}", name)
-        _check_urls(path, f"candidates.{name}.base_url", candidate.base_url)
-    for name in model.tiers:
-        evalgate_check_name(path, f"tiers.{name}", name)
-    if model.judge is not None:
-        evalgate_check_base_url(path, "judge.base_url", model.judge.base_url)
-    if model.evaluator.scorer == "judge" and model.judge is None:
-        raise EvalgateConfigError(path, "judge", "scorer 'judge' needs a judge block")
-    evaluator = model.evaluator.model_dump()
-    evalgate_check_code_keys(path, evaluator, model.sandbox, model.repetitions)
-    evalgate_check_choice_keys(path, model)
-
-
-def _check_urls(path: str, key: str, value: str | list[str]) -> None:
-    urls = [value] if isinstance(value, str) else value
-    for index, url in enumerate(urls):
-        evalgate_check_base_url(path, key if isinstance(value, str) else f"{key}[{index}]", url)
-
-
-def _dataset_digest(path: str, dataset_path: str) -> str:
-    try:
-        return evalgate_file_sha256(dataset_path)
-    except OSError as exc:
-        raise EvalgateConfigError(
-            path, "dataset.path", f"cannot read {dataset_path}: {exc.strerror}"
-        ) from None
-
-
-def _check_pin(path: str, model: EvalgateManifestSchema, actual: str) -> None:
-    pinned = model.dataset.sha256
-    if pinned is None:
-        reason = "not pinned: run `evalgate pin` on the suite to record the dataset's sha256"
-        raise EvalgateConfigError(path, "dataset.sha256", reason)
-    if pinned.lower() != actual:
-        reason = f"dataset digest {actual} differs from the pin {pinned}: the dataset changed"
-        raise EvalgateConfigError(path, "dataset.sha256", reason)
 
 
 def _definition(model: EvalgateManifestSchema, dataset_sha256: str) -> dict[str, Any]:
@@ -378,43 +276,3 @@ def _candidate(name: str, spec: EvalgateCandidateSchema) -> EvalgateCandidate:
 def evalgate_candidate_key(name: str, model: str, pins: Mapping[str, object]) -> str:
     """``<name>-<12 hex>``: the name plus a digest of the model id and its pins."""
     return f"{name}-{evalgate_sha256_hex({'model': model, 'pins': dict(pins)})[:12]}"
-
-
-def evalgate_pin(path: str) -> str:
-    """Write the dataset's sha256 into the manifest's ``dataset.sha256``; returns the digest.
-
-    Only that one value is changed in the file's text, so comments and layout survive.
-    """
-    raw = _read_yaml(path)
-    if not isinstance(raw, dict) or not isinstance(raw.get("dataset"), dict):
-        raise EvalgateConfigError(path, "dataset", "missing dataset block")
-    dataset_rel = raw["dataset"].get("path")
-    if not isinstance(dataset_rel, str):
-        raise EvalgateConfigError(path, "dataset.path", "missing or not a string")
-    digest = _dataset_digest(
-        path, os.path.join(os.path.dirname(os.path.abspath(path)), dataset_rel)
-    )
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    new_text = _replace_pin(path, text, raw["dataset"].get("sha256"), digest)
-    _atomic_write_text(path, new_text)
-    return digest
-
-
-def _replace_pin(path: str, text: str, old: object, digest: str) -> str:
-    if isinstance(old, str) and old and text.count(old) == 1:
-        return text.replace(old, digest)
-    if old is None and "dataset: {" in text:
-        return text.replace("dataset: {", f'dataset: {{sha256: "{digest}", ', 1)
-    raw = yaml.safe_load(text)
-    raw["dataset"]["sha256"] = digest
-    return str(yaml.safe_dump(raw, sort_keys=False))
-
-
-def _atomic_write_text(path: str, text: str) -> None:
-    temp = f"{path}.tmp-{os.getpid()}"
-    with open(temp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pytest_evalgate.aggregate.combine import EvalgateGateInput
+from pytest_evalgate.aggregate.paired import EvalgateGateInput
 from pytest_evalgate.manifest.load import EvalgateManifest
 from pytest_evalgate.perf.metrics import EVALGATE_PERF_METRICS
 from pytest_evalgate.perf.sweep import Step, gate_arrays, step_from_dict

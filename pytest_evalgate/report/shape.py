@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, NotRequired, TypeAlias, TypedDict
 
 from pytest_evalgate.aggregate.code import EvalgateSandboxSummary
-from pytest_evalgate.aggregate.combine import EvalgateFlip
 from pytest_evalgate.aggregate.contamination import EvalgateContaminationRecord
+from pytest_evalgate.aggregate.paired import EvalgateFlip
 
 # Free-form JSON (blocks whose shape belongs to another stage and is shown, not computed on).
 EvalgateJSON: TypeAlias = (

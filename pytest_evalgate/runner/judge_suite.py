@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_evalgate.client import EvalgateEndpoint
 from pytest_evalgate.formats.canonical import evalgate_sha256_hex
-from pytest_evalgate.judge.agreement import (
+from pytest_evalgate.judge.golden import (
     EvalgateGoldenPairwise,
     EvalgateGoldenPointwise,
     evalgate_load_golden,

@@ -131,6 +131,6 @@ def _check_endpoints(manifest: EvalgateManifest, options: EvalgateOptions) -> No
 
         evalgate_check_judge_endpoint(manifest)
     if manifest.perf is not None:
-        from pytest_evalgate.perf.phase import evalgate_perf_bodies  # a load phase only
+        from pytest_evalgate.perf.prompts import evalgate_perf_bodies  # a load phase only
 
         evalgate_perf_bodies(manifest)

@@ -19,6 +19,8 @@ Contracts
   never waits on it: a hanging or failing candidate costs only its own task.
 - A pair (``pairs.py``) is kept once both sides are done; pairs are flushed to the store in a
   worker thread, every batch and every ``flush_s`` seconds, and at ``close``.
+
+The connections and the listener are ``shadow.server``'s; the response bytes ``shadow.wire``'s.
 """
 
 from __future__ import annotations
@@ -30,9 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
-
-import httptools
+from typing import Any
 
 from pytest_evalgate.client.http1 import EvalgateHttpPool
 from pytest_evalgate.client.http1_conn import EvalgateHttpResponse
@@ -49,14 +49,10 @@ from pytest_evalgate.shadow.pairs import (
     evalgate_request_question,
     evalgate_side,
 )
+from pytest_evalgate.shadow.wire import HOP, Request, error_body, head, whole
 
 EVALGATE_SHADOW_STATS_PATH = "/evalgate/shadow/stats"
-_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-     "upgrade", "host", "content-length", "accept-encoding", "proxy-authorization"}
-)  # fmt: skip
 _KEEP_MAX = 8 << 20  # bytes of one side's answer kept for its pair (the client gets them all)
-_REQUEST_MAX = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -83,15 +79,6 @@ def evalgate_check_shadow_config(config: EvalgateShadowConfig) -> None:
         raise EvalgateConfigError("shadow serve", "candidate_timeout", "seconds in (0, 3600]")
     if not 1 <= config.max_in_flight <= 100_000:
         raise EvalgateConfigError("shadow serve", "max_in_flight", "a count in 1..100000")
-
-
-@dataclass
-class _Request:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-    keep_alive: bool
 
 
 class _Side:
@@ -156,7 +143,7 @@ class EvalgateShadowProxy:
             target = self._targets[key] = EvalgateHttpTarget(base.rstrip("/") + path, {})
         return target
 
-    def _draw(self, request: _Request) -> bool:
+    def _draw(self, request: Request) -> bool:
         if self._random.random() >= self.config.fraction:
             return False
         self.counts["drawn"] += 1
@@ -168,16 +155,16 @@ class EvalgateShadowProxy:
             return False
         return True
 
-    async def handle(self, request: _Request, out: Callable[[bytes], None]) -> None:
+    async def handle(self, request: Request, out: Callable[[bytes], None]) -> None:
         """Answer one request through ``out`` (the client's transport write)."""
         self.counts["requests"] += 1
         if request.method == "GET" and request.path == EVALGATE_SHADOW_STATS_PATH:
-            out(_whole(200, "application/json", json.dumps(self.stats()).encode(), True))
+            out(whole(200, "application/json", json.dumps(self.stats()).encode(), True))
             return
         if request.method != "POST":
-            out(_whole(405, "application/json", _error_body("only POST is proxied"), True))
+            out(whole(405, "application/json", error_body("only POST is proxied"), True))
             return
-        headers = {k: v for k, v in request.headers.items() if k not in _HOP}
+        headers = {k: v for k, v in request.headers.items() if k not in HOP}
         sampled = self._draw(request)
         stable = _Side(time.monotonic(), keep=sampled)
         done: asyncio.Future[None] | None = None
@@ -192,7 +179,7 @@ class EvalgateShadowProxy:
 
     async def _forward(
         self,
-        request: _Request,
+        request: Request,
         headers: Mapping[str, str],
         side: _Side,
         out: Callable[[bytes], None],
@@ -203,7 +190,7 @@ class EvalgateShadowProxy:
         except EvalgateHttpError as error:
             self.counts["stable_unreachable"] += 1
             side.fail(502, str(error))
-            out(_whole(502, "application/json", _error_body("stable is unreachable"), False))
+            out(whole(502, "application/json", error_body("stable is unreachable"), False))
             return
         try:
             await _relay(response, side, out, request.keep_alive)
@@ -213,7 +200,7 @@ class EvalgateShadowProxy:
 
     def _spawn(
         self,
-        request: _Request,
+        request: Request,
         headers: Mapping[str, str],
         stable: _Side,
         done: asyncio.Future[None],
@@ -225,7 +212,7 @@ class EvalgateShadowProxy:
 
     async def _shadow(
         self,
-        request: _Request,
+        request: Request,
         headers: Mapping[str, str],
         stable: _Side,
         done: asyncio.Future[None],
@@ -240,7 +227,7 @@ class EvalgateShadowProxy:
         await done
         self._keep(request, stable, side)
 
-    async def _candidate(self, request: _Request, headers: Mapping[str, str], side: _Side) -> None:
+    async def _candidate(self, request: Request, headers: Mapping[str, str], side: _Side) -> None:
         target = self._target(self.config.candidate_url, request.path)
         try:
             response = await self._candidate_pool.evalgate_post(target, headers, request.body)
@@ -259,7 +246,7 @@ class EvalgateShadowProxy:
         finally:
             response.evalgate_release()
 
-    def _keep(self, request: _Request, stable: _Side, candidate: _Side) -> None:
+    def _keep(self, request: Request, stable: _Side, candidate: _Side) -> None:
         token = _bearer(request.headers.get("authorization"))
         question = None
         if self.config.keep_question:
@@ -324,7 +311,7 @@ async def _relay(
     response: EvalgateHttpResponse, side: _Side, out: Callable[[bytes], None], keep_alive: bool
 ) -> None:
     length = response.content_length
-    out(_head(response.status, response.headers.items(), length, keep_alive))
+    out(head(response.status, response.headers.items(), length, keep_alive))
     try:
         async for data in response.evalgate_chunks():
             side.take(data)
@@ -335,127 +322,3 @@ async def _relay(
     if length is None:
         out(b"0\r\n\r\n")
     side.finish(response.status, response.headers.get("content-type", ""))
-
-
-def _head(status: int, headers: Any, length: int | None, keep_alive: bool) -> bytes:
-    lines = [f"HTTP/1.1 {status} {_reason(status)}"]
-    lines += [f"{name}: {value}" for name, value in headers if name.lower() not in _HOP]
-    lines.append(
-        f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
-    )
-    lines.append("connection: keep-alive" if keep_alive else "connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def _reason(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"
-
-
-def _whole(status: int, content_type: str, body: bytes, keep_alive: bool) -> bytes:
-    return _head(status, [("content-type", content_type)], len(body), keep_alive) + body
-
-
-def _error_body(message: str) -> bytes:
-    error = {"message": message, "type": "shadow_proxy", "code": None}
-    return json.dumps({"error": error}).encode()
-
-
-class EvalgateShadowConnection(asyncio.Protocol):
-    """One client connection: requests parsed by llhttp, answered one after another."""
-
-    def __init__(self, proxy: EvalgateShadowProxy) -> None:
-        self._proxy = proxy
-        self._parser = httptools.HttpRequestParser(self)
-        self._transport: asyncio.Transport | None = None
-        self._url = b""
-        self._headers: dict[str, str] = {}
-        self._body: list[bytes] = []
-        self._size = 0
-        self._queue: list[_Request] = []
-        self._busy = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError:
-            self._close(_whole(400, "application/json", _error_body("bad request"), False))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._transport = None
-
-    def on_message_begin(self) -> None:
-        self._url, self._headers, self._body, self._size = b"", {}, [], 0
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_body(self, body: bytes) -> None:
-        self._size += len(body)
-        if self._size > _REQUEST_MAX:
-            self._close(_whole(413, "application/json", _error_body("request too large"), False))
-            return
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        method = self._parser.get_method().decode("ascii", errors="replace")
-        path = self._url.decode("latin-1")
-        keep = self._parser.should_keep_alive()
-        self._queue.append(_Request(method, path, self._headers, b"".join(self._body), keep))
-        if not self._busy:
-            self._busy = True
-            asyncio.get_running_loop().create_task(self._serve())
-
-    async def _serve(self) -> None:
-        while self._queue and self._transport is not None:
-            request = self._queue.pop(0)
-            try:
-                await self._proxy.handle(request, self._write)
-            except EvalgateHttpError:
-                self._close(b"")  # stable broke mid-answer: the client sees the cut, as direct
-                break
-            if not request.keep_alive:
-                self._close(b"")
-        self._busy = False
-
-    def _write(self, data: bytes) -> None:
-        if self._transport is not None:
-            self._transport.write(data)
-
-    def _close(self, data: bytes) -> None:
-        if self._transport is not None:
-            if data:
-                self._transport.write(data)
-            self._transport.close()
-            self._transport = None
-
-
-async def evalgate_shadow_listen(
-    proxy: EvalgateShadowProxy,
-    host: str,
-    port: int,
-    ready: Callable[[int], None],
-    stop: asyncio.Event,
-) -> None:
-    """Serve ``proxy`` on ``host:port`` until ``stop`` is set, then close it (flushing pairs);
-    ``ready(port)`` once bound."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: EvalgateShadowConnection(proxy), host, port)
-    flusher = loop.create_task(proxy.flush_every(stop))
-    try:
-        ready(server.sockets[0].getsockname()[1])
-        await stop.wait()
-    finally:
-        server.close()
-        await flusher
-        await proxy.close()
