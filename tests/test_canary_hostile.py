@@ -51,7 +51,10 @@ class _Hostile:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # shutdown() waits for serve_forever to look at its flag, every poll_interval (0.5 s
+        # by default, paid by every test's teardown)
+        serve = {"poll_interval": 0.01}
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs=serve, daemon=True)
 
 
 def _vector(value: object) -> dict[str, Any]:
