@@ -1,12 +1,17 @@
 """A real Prometheus and a vLLM-shaped exporter for the canary tests.
 
 ``EvalgatePromServer`` runs Debian's ``prometheus`` binary as a plain child process on a loopback
-port with a temporary data folder and a 1 s scrape interval; ``stop`` sends SIGTERM to its PID,
-then SIGKILL after a grace period. ``VllmExporter`` serves, with ``prometheus-client``, the metrics
-a vLLM server exposes (TTFT and TPOT histograms with vLLM's buckets, generation tokens, finished
-requests, HTTP requests by status class) plus the online judge score summary, labelled
-``version`` (canary/stable) and ``scenario`` (one per test case, so several canaries can share
-one Prometheus). A background thread plays traffic in ticks of 0.1 s, seeded.
+port with a temporary data folder and a short scrape interval (0.2 s unless told: a test's
+windows and waits scale with it); ``stop`` sends SIGTERM to its PID, then SIGKILL after a grace
+period. Its targets come from a file (``file_sd_configs``) that ``set_targets`` may write after
+the start: Prometheus 2.42 hands its first targets to the scrape manager only after a fixed 5 s
+(the discovery manager's update throttle, not configurable), so a test that starts Prometheus
+first and its targets meanwhile does not wait twice. ``VllmExporter`` serves, with
+``prometheus-client``, the metrics a vLLM server exposes (TTFT and TPOT histograms with vLLM's
+buckets, generation tokens, finished requests, HTTP requests by status class) plus the online
+judge score summary, labelled ``version`` (canary/stable) and ``scenario`` (one per test case, so
+several canaries can share one Prometheus). A background thread plays traffic in ticks of
+``TICK_S``, seeded.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import prometheus_client as pc
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                 2.5, 5.0, 7.5, 10.0)  # fmt: skip
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
-TICK_S = 0.1
+TICK_S = 0.02  # 150 ticks in the tests' 3 s windows, as many as 0.1 s ticks put in 15 s
 
 
 def prometheus_binary() -> str | None:
@@ -49,29 +54,51 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition`` every 0.2 s until it holds; AssertionError naming ``what`` after."""
+def wait_for(
+    condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05
+) -> None:
+    """Poll ``condition`` every ``poll_s`` until it holds; AssertionError naming ``what`` after."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(poll_s)
+
+
+def serve_in_thread(server: http.server.HTTPServer) -> threading.Thread:
+    """``server.serve_forever`` on a daemon thread that looks at its shutdown flag every 10 ms
+    (the default 0.5 s is paid by every ``shutdown``)."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
+    thread.start()
+    return thread
 
 
 class EvalgatePromServer:
-    """Prometheus scraping ``targets`` every second, listening on 127.0.0.1."""
+    """Prometheus scraping ``targets`` every ``scrape_s`` seconds, listening on 127.0.0.1."""
 
-    def __init__(self, binary: str, data_dir: Path, targets: list[str]) -> None:
+    def __init__(
+        self, binary: str, data_dir: Path, targets: list[str], scrape_s: float = 0.2
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self._targets = data_dir / "targets.json"
+        self.set_targets(targets)
         config = data_dir / "prometheus.yml"
-        config.write_text(_config(targets), encoding="utf-8")
+        config.write_text(_config(self._targets, scrape_s), encoding="utf-8")
         self._log = (data_dir / "prometheus.log").open("wb")
         command = [
             binary, f"--config.file={config}", f"--storage.tsdb.path={data_dir / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
         ]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def set_targets(self, targets: list[str]) -> None:
+        """Replace the scraped ``host:port`` targets (written whole, then renamed into place)."""
+        partial = self._targets.with_suffix(".partial")
+        partial.write_text(json.dumps([{"targets": targets}]), encoding="utf-8")
+        partial.replace(self._targets)
 
     def ready(self) -> bool:
         """Whether /-/ready answers 200 (and the process is alive)."""
@@ -101,12 +128,16 @@ class EvalgatePromServer:
         self._log.close()
 
 
-def _config(targets: list[str]) -> str:
+def _config(targets: Path, scrape_s: float) -> str:
+    every = f"{round(scrape_s * 1000)}ms"
+    # the targets file is watched (inotify) and, should a change be missed, read every second
+    files = f"[{{files: [{json.dumps(str(targets))}], refresh_interval: 1s}}]"
     return (
-        "global: {scrape_interval: 1s, evaluation_interval: 1s, scrape_timeout: 1s}\n"
+        f"global: {{scrape_interval: {every}, evaluation_interval: {every},"
+        f" scrape_timeout: {every}}}\n"
         "scrape_configs:\n"
         "  - job_name: vllm\n"
-        f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
+        f"    file_sd_configs: {files}\n"
     )
 
 
@@ -134,7 +165,7 @@ class VllmExporter:
             for version in versions:
                 self._touch(scenario, version)  # series exist from the first scrape, at 0
         self.server = _text_format_server(self.registry)
-        threading.Thread(target=self.server.serve_forever, name="vllm-metrics", daemon=True).start()
+        serve_in_thread(self.server)
         self.target = f"127.0.0.1:{self.server.server_port}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._play, name="vllm-exporter", daemon=True)
@@ -170,10 +201,12 @@ class VllmExporter:
     def _requests(self, scenario: str, version: str, traffic: Traffic) -> None:
         labels = {"version": version, "scenario": scenario}
         m, n, rng = self._metrics, traffic.per_tick, self._rng
+        ttft_side = m["ttft"].labels(**labels)
         for ttft in traffic.ttft_median_s * rng.lognormal(0.0, 0.5, n):
-            m["ttft"].labels(**labels).observe(float(ttft))
+            ttft_side.observe(float(ttft))
+        tpot_side = m["tpot"].labels(**labels)
         for tpot in traffic.tpot_median_s * rng.lognormal(0.0, 0.3, n):
-            m["tpot"].labels(**labels).observe(float(tpot))
+            tpot_side.observe(float(tpot))
         tokens = np.maximum(1, np.rint(traffic.tokens_median * rng.lognormal(0.0, 0.6, n)))
         m["tokens"].labels(**labels).inc(float(tokens.sum()))
         m["success"].labels(**labels).inc(n)
@@ -182,8 +215,9 @@ class VllmExporter:
         m["http"].labels(status="5xx", handler=handler, **labels).inc(errors)
         m["http"].labels(status="2xx", handler=handler, **labels).inc(n - errors)
         mean, k = traffic.judge_mean, 20.0
+        judge_side = m["judge"].labels(**labels)
         for score in rng.beta(mean * k, (1 - mean) * k, n):
-            m["judge"].labels(**labels).observe(float(score))
+            judge_side.observe(float(score))
 
 
 def _text_format_server(registry: pc.CollectorRegistry) -> http.server.ThreadingHTTPServer:
@@ -252,8 +286,7 @@ class RecordingProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._server)
 
     def close(self) -> None:
         self._server.shutdown()

@@ -6,12 +6,15 @@ with ``finished_reason``, the online sampler's ``evalgate_online_answers_total``
 
 Two scenarios, told apart by a ``scenario`` label: ``worse`` (the canary refuses 12 % against
 2 %, stops on ``length`` 20 % against 5 %, fails 12 % of tool calls against 1 %) and ``equal``.
-Skipped with the reason where the binary cannot be had.
+The rules' window is 3 s: Prometheus scrapes every 0.2 s (15 scrapes a window) and each side
+plays 2,000 requests a second (6,000 a window). Skipped with the reason where the binary cannot
+be had.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,13 @@ from pathlib import Path
 import numpy as np
 import prometheus_client as pc
 import pytest
-from promkit import EvalgatePromServer, _text_format_server, prometheus_binary, wait_for
+from promkit import (
+    EvalgatePromServer,
+    _text_format_server,
+    prometheus_binary,
+    serve_in_thread,
+    wait_for,
+)
 from suitekit import write_suite
 
 from pytest_evalgate.canary import evalgate_analysis_template, evalgate_traffic_query
@@ -28,7 +37,8 @@ from pytest_evalgate.policy import load as gate_policy
 
 pytestmark = pytest.mark.slow
 
-WINDOW = "15s"
+WINDOW = "3s"
+WINDOW_S = 3.0
 ONLINE = [
     {"metric": "refusal_rate_delta", "max": 0.04, "interval": "5s", "window": WINDOW},
     {"metric": "length_stop_share_delta", "max": 0.05, "interval": "5s", "window": WINDOW},
@@ -52,32 +62,37 @@ SCENARIOS = {
     "worse": {"canary": Mix(0.12, 0.20, 0.12), "stable": Mix()},
     "equal": {"canary": Mix(), "stable": Mix()},
 }
-PER_TICK = 40  # requests per side every 0.1 s
+PER_TICK = 40  # requests per side every tick
+TICK_S = 0.02
 
 
 class Exporter:
-    """The series the three rules read, played in ticks of 0.1 s, seeded."""
+    """The series the three rules read, played in ticks of ``TICK_S``, seeded."""
 
     def __init__(self) -> None:
         self.registry = pc.CollectorRegistry()
-        kw = {"registry": self.registry}
+        registry = self.registry
         labels = ["version", "scenario"]
-        self.success = pc.Counter("vllm:request_success", "", [*labels, "finished_reason"], **kw)
-        self.answers = pc.Counter("evalgate_online_answers", "", labels, **kw)
-        self.refusals = pc.Counter("evalgate_online_refusals", "", labels, **kw)
-        self.tools = pc.Counter("evalgate_tool_calls", "", [*labels, "outcome"], **kw)
+        self.success = pc.Counter(
+            "vllm:request_success", "", [*labels, "finished_reason"], registry=registry
+        )
+        self.answers = pc.Counter("evalgate_online_answers", "", labels, registry=registry)
+        self.refusals = pc.Counter("evalgate_online_refusals", "", labels, registry=registry)
+        self.tools = pc.Counter("evalgate_tool_calls", "", [*labels, "outcome"], registry=registry)
         self.rng = np.random.default_rng(3)
         self.server = _text_format_server(self.registry)
         self.target = f"127.0.0.1:{self.server.server_port}"
         self.stop_event = threading.Event()
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        serve_in_thread(self.server)
         self.thread = threading.Thread(target=self._play, daemon=True)
 
     def _play(self) -> None:
-        while not self.stop_event.wait(0.1):
+        next_tick = time.monotonic() + TICK_S  # a late tick is caught up: the rate holds
+        while not self.stop_event.wait(max(0.0, next_tick - time.monotonic())):
             for scenario, sides in SCENARIOS.items():
                 for version, mix in sides.items():
                     self._tick(scenario, version, mix)
+            next_tick += TICK_S
 
     def _tick(self, scenario: str, version: str, mix: Mix) -> None:
         n, rng, at = PER_TICK, self.rng, {"version": version, "scenario": scenario}
@@ -118,7 +133,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EvalgatePr
             for scenario in SCENARIOS
             for version in ("canary", "stable")
         ]
-        expected = PER_TICK * 10 * 15 * 0.75
+        expected = PER_TICK / TICK_S * WINDOW_S * 0.75
         wait_for(lambda: all(prom.value(q) > expected for q in queries), 90, "a full window")
         yield prom, suite
     finally:
@@ -148,7 +163,7 @@ def test_a_worse_canary_fails_each_of_the_three_rules(
         assert "  fail  (canary " in line, line
     refusal = float(lines["refusal_rate_delta"].split()[1])
     assert 0.07 < refusal < 0.13  # 0.10 played
-    assert "tool calls in 15s" in lines["tool_call_failure_delta"]
+    assert f"tool calls in {WINDOW}" in lines["tool_call_failure_delta"]
 
 
 def test_an_equal_canary_passes_them(
