@@ -7,6 +7,8 @@ told apart by model and identity header (judge requests' identities start with `
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -16,9 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from suitekit import make_cases, write_suite
 
+from pytest_evalgate.cli import main as evalgate_cli_main
 from pytest_evalgate.store import EvalgateLocalStore
 
 JUDGE_MODEL = "judge-model"
@@ -129,6 +133,25 @@ def run_pytest(
     )
 
 
+def run_pytest_inprocess(
+    pytester: pytest.Pytester, suite: Path, store: Path, log: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The same run as :func:`run_pytest`, in this process (pytester's in-process run), with
+    its exit status and its pytest output as a completed process. It saves the start of a
+    Python with the plugin's imports (tests/conftest.py pre-imports numpy and the rest); the
+    simulators, the runner's child and xdist workers are still processes of their own. A test
+    that kills or signals the pytest process itself needs :func:`run_pytest`."""
+    argv = [
+        "--evalgate", str(suite), "-q", "-p", "no:cacheprovider", "-rN", "--tb=no",
+        f"--evalgate-store={store}", f"--evalgate-request-log={log}", *extra,
+    ]  # fmt: skip
+    with contextlib.chdir(suite.parent):  # where run_pytest runs: the same rootdir and node ids
+        result = pytester.runpytest_inprocess(*argv)
+    return subprocess.CompletedProcess(
+        argv, int(result.ret), result.stdout.str(), result.stderr.str()
+    )
+
+
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``evalgate ARGS`` in a subprocess."""
     command = [sys.executable, "-m", "pytest_evalgate.cli", *args]
@@ -136,6 +159,18 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env
     )
+
+
+def run_cli_inprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The same command as :func:`run_cli`, through the console script's ``main`` in this
+    process (in ``cwd``), with its exit status and what it printed as a completed process."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = evalgate_cli_main(list(args))
+        except SystemExit as exit_:  # argparse's exit on an unparsable command line
+            status = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
 
 
 def requests(log: Path) -> list[dict[str, Any]]:

@@ -10,7 +10,10 @@ shows up as inconsistency and the swap removes it from the net win rate.
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +23,8 @@ from judgekit import (
     judgment_counts,
     judgment_lines,
     requests,
-    run_cli,
-    run_pytest,
+    run_cli_inprocess,
+    run_pytest_inprocess,
     set_judge,
     split,
     write_judged_suite,
@@ -34,6 +37,7 @@ from pytest_evalgate.judge.pairwise import (
     evalgate_pair_outcome,
     evalgate_pairwise_cases,
 )
+from pytest_evalgate.judge.parse import EvalgateWinner
 from pytest_evalgate.manifest.load import evalgate_load_manifest
 
 pytestmark = pytest.mark.slow
@@ -43,12 +47,25 @@ GOLDEN_POINTWISE = 3 * CASES
 GOLDEN_PAIRWISE = 2 * CASES
 
 
+RunPytest = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def run_pytest(pytester: pytest.Pytester) -> RunPytest:
+    """``judgekit.run_pytest_inprocess`` bound to this test's pytester: every run here is a
+    whole ``pytest --evalgate`` session (real simulators, runner child, xdist workers), only
+    the session itself shares this process instead of starting a Python of its own."""
+    return functools.partial(run_pytest_inprocess, pytester)
+
+
 def _suite(tmp_path: Path, **kwargs: object) -> tuple[Path, Path, Path]:
     path = write_judged_suite(tmp_path / "suite", **kwargs)  # type: ignore[arg-type]
     return path, tmp_path / "store", tmp_path / "requests.jsonl"
 
 
-def test_pointwise_judges_each_answer_once_and_a_rerun_requests_nothing(tmp_path: Path) -> None:
+def test_pointwise_judges_each_answer_once_and_a_rerun_requests_nothing(
+    tmp_path: Path, run_pytest: RunPytest
+) -> None:
     path, store, log = _suite(tmp_path)
     report = tmp_path / "report"
     done = run_pytest(path.parent, store, log, f"--evalgate-report={report}")
@@ -75,6 +92,7 @@ def test_pointwise_judges_each_answer_once_and_a_rerun_requests_nothing(tmp_path
 
 def test_pointwise_items_pass_at_the_scale_and_scores_feed_the_paired_rules(
     tmp_path: Path,
+    run_pytest: RunPytest,
 ) -> None:
     # The candidate always answers right (the judge, accuracy 1, gives 5), the baseline never
     # (1): every candidate item passes, every baseline item fails, the paired difference is 1.
@@ -94,7 +112,9 @@ def test_pointwise_items_pass_at_the_scale_and_scores_feed_the_paired_rules(
     assert rule["estimate"] == pytest.approx(1.0)
 
 
-def test_unparseable_verdicts_are_errors_never_wrong_answers(tmp_path: Path) -> None:
+def test_unparseable_verdicts_are_errors_never_wrong_answers(
+    tmp_path: Path, run_pytest: RunPytest
+) -> None:
     path, store, log = _suite(
         tmp_path, judge_url="simulated://?judge=1&accuracy=1.0&unparseable_rate=1.0&seed=5",
         golden=False,
@@ -116,7 +136,7 @@ def test_unparseable_verdicts_are_errors_never_wrong_answers(tmp_path: Path) -> 
 
 @pytest.mark.parametrize(("mode", "per_answer"), [("pointwise", 1), ("pairwise", 2)])
 def test_changing_only_the_judge_revision_rejudges_without_candidate_requests(
-    tmp_path: Path, mode: str, per_answer: int
+    tmp_path: Path, run_pytest: RunPytest, mode: str, per_answer: int
 ) -> None:
     path, store, log = _suite(tmp_path, mode=mode, golden=False)
     ran = run_pytest(path.parent, store, log)
@@ -138,16 +158,18 @@ def test_changing_only_the_judge_revision_rejudges_without_candidate_requests(
     assert len(keys) == 2  # the old judgments stay, under their own key
 
 
-def test_evalgate_rejudge_needs_no_candidate_endpoint(tmp_path: Path) -> None:
+def test_evalgate_rejudge_needs_no_candidate_endpoint(
+    tmp_path: Path, run_pytest: RunPytest
+) -> None:
     path, store, log = _suite(tmp_path, mode="pairwise")
     first = run_pytest(path.parent, store, log)
     assert first.returncode == evalgate_decided_exit(first.stdout)
     set_judge(path, revision="judge-prompt-v3")
-    gated = run_cli("gate", str(path.parent), "--store", str(store), cwd=tmp_path)
+    gated = run_cli_inprocess("gate", str(path.parent), "--store", str(store), cwd=tmp_path)
     assert gated.returncode == 1  # nothing judged under the new key: incomplete, never mixed
     assert "verdict INCOMPLETE" in gated.stdout and "must be re-baselined" in gated.stdout
     cli_log = tmp_path / "cli-requests.jsonl"
-    done = run_cli(
+    done = run_cli_inprocess(
         "rejudge", str(path.parent), "--store", str(store), "--request-log", str(cli_log),
         cwd=tmp_path,
     )  # fmt: skip
@@ -173,7 +195,7 @@ def test_evalgate_rejudge_needs_no_candidate_endpoint(tmp_path: Path) -> None:
     ],
 )
 def test_refusals_exit_4_before_any_request(
-    tmp_path: Path, changes: dict[str, object], key: str
+    tmp_path: Path, run_pytest: RunPytest, changes: dict[str, object], key: str
 ) -> None:
     path, store, log = _suite(tmp_path, **changes)
     done = run_pytest(path.parent, store, log)
@@ -196,7 +218,7 @@ _GOLDEN_DEFECTS = [
 
 @pytest.mark.parametrize(("text", "reason"), _GOLDEN_DEFECTS)
 def test_a_malformed_golden_set_is_exit_4_naming_file_and_line_before_any_request(
-    tmp_path: Path, text: bytes, reason: str
+    tmp_path: Path, run_pytest: RunPytest, text: bytes, reason: str
 ) -> None:
     # It was an INTERNALERROR traceback (exit 3) from the judge's simulator start, or from the
     # calibration after every answer was requested: the golden set is read at manifest load.
@@ -211,12 +233,13 @@ def test_a_malformed_golden_set_is_exit_4_naming_file_and_line_before_any_reques
     assert "INTERNALERROR" not in output
     assert "golden.jsonl: " in output and reason in output
     assert requests(log) == []
-    gated = run_cli("gate", str(path.parent), f"--store={store}", cwd=tmp_path)
+    gated = run_cli_inprocess("gate", str(path.parent), f"--store={store}", cwd=tmp_path)
     assert gated.returncode == 4 and reason in gated.stderr, gated.stdout + gated.stderr
 
 
 def test_a_judge_budget_smaller_than_its_processes_is_exit_4_before_any_request(
     tmp_path: Path,
+    run_pytest: RunPytest,
 ) -> None:
     # judge.budget is run-wide like the candidates' budget: one slot cannot serve two workers
     path, store, log = _suite(tmp_path, judge={"budget": {"max_concurrency": 1, "timeout_s": 10}})
@@ -230,7 +253,9 @@ def test_a_judge_budget_smaller_than_its_processes_is_exit_4_before_any_request(
     assert not store.exists() or not any(store.rglob("*.jsonl"))
 
 
-def test_an_uncalibrated_judge_fails_the_gate_naming_the_judge(tmp_path: Path) -> None:
+def test_an_uncalibrated_judge_fails_the_gate_naming_the_judge(
+    tmp_path: Path, run_pytest: RunPytest
+) -> None:
     rules = [
         {"slice": "all", "rule": "non_inferior", "margin": 0.5},
         {"rule": "judge_agreement", "min_kappa": 0.6},
@@ -253,7 +278,9 @@ def test_an_uncalibrated_judge_fails_the_gate_naming_the_judge(tmp_path: Path) -
     assert decision(report)["rules"][0]["passed"]  # the candidate itself is fine
 
 
-def test_position_bias_is_inconsistency_and_the_swap_removes_it(tmp_path: Path) -> None:
+def test_position_bias_is_inconsistency_and_the_swap_removes_it(
+    tmp_path: Path, run_pytest: RunPytest
+) -> None:
     # Two candidates of equal quality (both always wrong, each its own way): the judge is
     # unsure of every pair and prefers answer A with probability 0.3.
     cases = make_cases(["alpha", "beta", "gamma"], 100)
@@ -277,15 +304,18 @@ def test_position_bias_is_inconsistency_and_the_swap_removes_it(tmp_path: Path) 
     assert abs(one_order - 0.3) < 0.12  # candidate first only: biased by about the bias
 
 
+_SWAPPED: dict[str, EvalgateWinner] = {"A": "B", "B": "A", "tie": "tie"}
+
+
 def _one_order_net_win_rate(store: Path) -> float:
     pairs = []
     for line in judgment_lines(store):
         part = line["judgment"]
         if part["order"] != "candidate_first":
             continue
-        winner = line["verdict"]["winner"]
+        winner: EvalgateWinner = line["verdict"]["winner"]
         # One order alone, read as if it were both: A = win, B = loss, tie = tie.
-        outcome = evalgate_pair_outcome(winner, {"A": "B", "B": "A", "tie": "tie"}[winner])
+        outcome = evalgate_pair_outcome(winner, _SWAPPED[winner])
         pairs.append(
             EvalgatePairJudgment(part["case_id"], line["category"], line["cluster"], 0, outcome)
         )
