@@ -55,7 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
 def endpoint() -> Iterator[_Counting]:
     """A loopback HTTP server that counts requests (and answers each with a 500)."""
     server = _Counting(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.5 s by default, once per test
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield server
@@ -338,6 +339,31 @@ def test_an_endpoint_url_without_a_usable_scheme_or_host_is_exit_4(
     _run_refused(pytester, endpoint, "evalgate.yaml: candidates.candidate.base_url: ", reason)
 
 
+@pytest.fixture(scope="module")
+def sign_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Kind -> a --evalgate-sign-key file that cannot sign: missing, garbage, a public key, a
+    P-384 key. Written once by subprocesses: an in-process pytester run re-imports cryptography."""
+    folder = tmp_path_factory.mktemp("sign-keys")
+    keys = folder / "keys"
+    made = subprocess.run([sys.executable, "-m", "pytest_evalgate.cli", "keygen", "--dir",
+                           str(keys)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    p384 = (
+        "from cryptography.hazmat.primitives import serialization as s;"
+        "from cryptography.hazmat.primitives.asymmetric import ec;"
+        "import sys; sys.stdout.buffer.write(ec.generate_private_key(ec.SECP384R1())"
+        ".private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))"
+    )
+    other = subprocess.run([sys.executable, "-c", p384], capture_output=True, timeout=60).stdout
+    assert other.startswith(b"-----BEGIN PRIVATE KEY")
+    public = [p for p in keys.iterdir() if p.suffix == ".pub"]
+    paths = {"missing": folder / "none.key", "garbage": folder / "garbage.key",
+             "public": public[0], "p384": folder / "p384.key"}  # fmt: skip
+    paths["garbage"].write_bytes(b"-----BEGIN garbage\n")
+    paths["p384"].write_bytes(other)
+    return paths
+
+
 @pytest.mark.parametrize(
     ("key", "reason"),
     [
@@ -349,29 +375,18 @@ def test_an_endpoint_url_without_a_usable_scheme_or_host_is_exit_4(
 )
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_a_signing_key_that_cannot_sign_is_exit_4_before_any_request(
-    pytester: pytest.Pytester, endpoint: _Counting, key: str, reason: str, workers: list[str]
+    pytester: pytest.Pytester,
+    endpoint: _Counting,
+    sign_keys: dict[str, Path],
+    key: str,
+    reason: str,
+    workers: list[str],
 ) -> None:
-    # It was refused only at the gate, after every request was sent (issue 37, Weak). The
-    # keys are written by subprocesses: an in-process pytester run re-imports cryptography.
+    # It was refused only at the gate, after every request was sent (issue 37, Weak).
     _suite(pytester, endpoint)
-    keys = pytester.path / "keys"
-    made = subprocess.run([sys.executable, "-m", "pytest_evalgate.cli", "keygen", "--dir",
-                           str(keys)], capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    p384 = (
-        "from cryptography.hazmat.primitives import serialization as s;"
-        "from cryptography.hazmat.primitives.asymmetric import ec;"
-        "import sys; sys.stdout.buffer.write(ec.generate_private_key(ec.SECP384R1())"
-        ".private_bytes(s.Encoding.PEM, s.PrivateFormat.PKCS8, s.NoEncryption()))"
+    _run_refused(
+        pytester, endpoint, reason, args=[f"--evalgate-sign-key={sign_keys[key]}", *workers]
     )
-    other = subprocess.run([sys.executable, "-c", p384], capture_output=True, timeout=60).stdout
-    public = [p for p in keys.iterdir() if p.suffix == ".pub"]
-    paths = {"missing": pytester.path / "none.key", "garbage": pytester.path / "garbage.key",
-             "public": public[0], "p384": pytester.path / "p384.key"}  # fmt: skip
-    (pytester.path / "garbage.key").write_bytes(b"-----BEGIN garbage\n")
-    (pytester.path / "p384.key").write_bytes(other)
-    assert other.startswith(b"-----BEGIN PRIVATE KEY")
-    _run_refused(pytester, endpoint, reason, args=[f"--evalgate-sign-key={paths[key]}", *workers])
 
 
 def test_a_base_url_override_that_is_no_url_is_exit_4_naming_the_variable(
