@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pytest
 from _pytest.junitxml import xml_key  # the LogXML of --junitxml; pytest has no public handle
@@ -123,6 +123,8 @@ class EvalgateItem(pytest.Item):
         self.extra_keyword_matches.update({case.category, case.case_id})
         self.record: Mapping[str, Any] | None = None
         self._key: EvalgateIdentity | None = None
+        # the keywords of this item's reports while it runs on the light path (protocol.py)
+        self.evalgate_report_keywords: dict[str, Literal[1]] | None = None
 
     @property
     def evalgate_key(self) -> EvalgateIdentity:

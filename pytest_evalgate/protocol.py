@@ -20,6 +20,11 @@ plugin).
 What the light path does not do: it captures no output and no log records into the report's
 sections (live logging, ``--log-file`` and the terminal are unchanged), and an unraisable or
 thread exception is attributed to a later item rather than to this one.
+
+A passed phase of a light-path item gets its report from ``pytest_runtest_makereport`` here,
+ahead of pytest's own (every wrapper still runs around it): the report pytest would make, with
+the keywords read from the node chain once per item instead of once per phase (~20 generator
+steps each). Any phase that raised, and every item on pytest's protocol, is reported by pytest.
 """
 
 from __future__ import annotations
@@ -61,6 +66,17 @@ class EvalgateLightProtocol:
         evalgate_run_light(item, nextitem)
         return True
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> pytest.TestReport | None:
+        if not isinstance(item, EvalgateItem) or call.excinfo is not None:
+            return None
+        keywords = item.evalgate_report_keywords
+        if keywords is None:  # not on the light path: pytest's own report
+            return None
+        return evalgate_passed_report(item, call, keywords)
+
     def _light(self, item: EvalgateItem) -> bool:
         eligible = self._eligible.get(item.suite_path)
         if eligible is None:
@@ -77,6 +93,10 @@ def evalgate_light_eligible(item: pytest.Item, protocol: object) -> bool:
     for name in _PHASE_HOOKS:
         if not all(_pytest_own(impl.plugin) for impl in getattr(ihook, name).get_hookimpls()):
             return False
+    for impl in ihook.pytest_runtest_makereport.get_hookimpls():
+        wraps = impl.wrapper or impl.hookwrapper
+        if not (wraps or impl.plugin is protocol or _pytest_own(impl.plugin)):
+            return False  # a plugin making its own reports: pytest makes them all
     for impl in ihook.pytest_runtest_protocol.get_hookimpls():
         wraps = impl.wrapper or impl.hookwrapper
         if not (wraps or impl.plugin is protocol or _pytest_own(impl.plugin)):
@@ -95,6 +115,7 @@ def evalgate_run_light(item: EvalgateItem, nextitem: pytest.Item | None) -> None
     ihook = item.ihook
     location = item.location
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=location)
+    item.evalgate_report_keywords = dict.fromkeys(item.keywords, 1)
     state = item.session._setupstate  # pytest's own, so collector setup and teardown hold
     reraise: tuple[type[BaseException], ...] = (pytest.exit.Exception,)
     if not item.config.getoption("usepdb", False):
@@ -105,6 +126,7 @@ def evalgate_run_light(item: EvalgateItem, nextitem: pytest.Item | None) -> None
     if item.session.shouldfail or item.session.shouldstop:
         nextitem = None  # as pytest does: a stopping session tears everything down
     _phase(ihook, item, "teardown", lambda: state.teardown_exact(nextitem), reraise)
+    item.evalgate_report_keywords = None
     os.environ.pop(_CURRENT, None)
     ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=location)
 
@@ -125,6 +147,27 @@ def _phase(
     if _interactive(call, report):
         ihook.pytest_exception_interact(node=item, call=call, report=report)
     return report
+
+
+def evalgate_passed_report(
+    item: EvalgateItem, call: pytest.CallInfo[None], keywords: dict[str, Literal[1]]
+) -> pytest.TestReport:
+    """``TestReport.from_item_and_call`` for a phase that raised nothing, with ``keywords``
+    (the item's, read once) copied in: pytest gives every report a dict of its own."""
+    sections = [(f"Captured {key} {when}", text) for when, key, text in item._report_sections]
+    return pytest.TestReport(
+        getattr(item, "id", item.nodeid),  # pytest 9.2's structured id (no parse), else the str
+        item.location,
+        dict(keywords),
+        "passed",
+        None,
+        call.when,  # type: ignore[arg-type]  # never "collect": this is an item's phase
+        sections,
+        call.duration,
+        call.start,
+        call.stop,
+        user_properties=item.user_properties,
+    )
 
 
 _LAST = ("last_type", "last_value", "last_traceback", "last_exc")
