@@ -9,6 +9,10 @@ answers like stable: every answer right) passes; ``lower`` (the candidate answer
 wrong, so the judge scores it lower) fails ``judge_score_delta``; ``refusing`` (the candidate
 refuses every request) fails ``refusal_rate_delta`` as well, read from the online judge's
 answer and refusal counters. Skipped where the ``prometheus`` binary is absent.
+
+Prometheus starts first and learns the online judges' addresses from its targets file once they
+listen: its first scrape comes about 5 s after its start whatever we do (Prometheus 2.42's
+discovery throttle), and the twelve processes start meanwhile, each kind all at once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from judgekit import write_judged_suite
 from promkit import EvalgatePromServer, prometheus_binary, wait_for
 from suitekit import make_cases
 
+from pytest_evalgate.cli import main
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
     EvalgateSimProcess,
@@ -51,15 +57,22 @@ def cli(*args: str) -> list[str]:
 
 
 class Served:
-    """A CLI server as a subprocess whose first stdout line names its port; stopped by pid."""
+    """A CLI server as a subprocess whose first stdout line names its port; stopped by pid.
+    ``wait_ready`` reads that line, so several can start before any is waited for."""
 
     def __init__(self, argv: list[str], ready: str) -> None:
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self._ready = ready
+        self.address = ""
+        self.port = 0
+
+    def wait_ready(self) -> Served:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
-        assert line.startswith(ready), line
-        self.address = line.strip().removeprefix(ready).split("/", 1)[0]
+        assert line.startswith(self._ready), line
+        self.address = line.strip().removeprefix(self._ready).split("/", 1)[0]
         self.port = int(self.address.rsplit(":", 1)[1])
+        return self
 
     def stop(self) -> dict[str, Any]:
         if self.process.poll() is None:
@@ -81,24 +94,57 @@ def messages(case: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": "user", "content": case["input"]}]  # the suite's prompt: "{input}"
 
 
-def start(name: str, accuracy: float, suite: Path, folder: Path, keys: list[Path]) -> Scenario:
-    sims: list[EvalgateSimProcess] = []
-    for value, key in zip((1.0, accuracy), keys, strict=True):  # stable, candidate
-        sims.append(evalgate_spawn_simulator(EvalgateSimConfig(accuracy=value, seed=1), key))
+def start_judge(name: str, suite: Path, folder: Path) -> Served:
+    """The online judge following scenario ``name``'s store (not waited for)."""
+    store = folder / f"store-{name}"
+    return Served(
+        cli("online-judge", "serve", str(suite), "--store", str(store), "--rate", "1",
+            "--poll", "0.05"),
+        "evalgate online judge: metrics on http://",
+    )  # fmt: skip
+
+
+def start_sims(
+    accuracy: float, keys: list[Path], pool: ThreadPoolExecutor
+) -> list[Future[EvalgateSimProcess]]:
+    """The stable and the candidate simulator, spawned at once (each returns once it listens)."""
+    return [
+        pool.submit(evalgate_spawn_simulator, EvalgateSimConfig(accuracy=value, seed=1), key)
+        for value, key in zip((1.0, accuracy), keys, strict=True)  # stable, candidate
+    ]
+
+
+def start_proxy(name: str, sims: list[EvalgateSimProcess], folder: Path) -> Served:
+    """The shadow proxy in front of ``sims`` writing scenario ``name``'s store (not waited for)."""
     store = folder / f"store-{name}"
     origins = [f"http://127.0.0.1:{sim.port}" for sim in sims]
-    proxy = Served(
+    return Served(
         cli("shadow", "serve", "--stable", origins[0], "--candidate", origins[1],
             "--percent", "100", "--store", str(store), "--suite", "test-suite",
             "--keep-question"),
         "evalgate shadow proxy listening on http://",
     )  # fmt: skip
-    judge = Served(
-        cli("online-judge", "serve", str(suite), "--store", str(store), "--rate", "1",
-            "--poll", "0.2"),
-        "evalgate online judge: metrics on http://",
-    )  # fmt: skip
-    return Scenario(name, sims, proxy, judge)
+
+
+def stop_all(served: list[Served], sims: list[Future[EvalgateSimProcess]]) -> None:
+    """SIGTERM to every process we started (by pid), all at once, then wait for each; the
+    first error is raised after every process was waited for."""
+    spawned = [future.result() for future in sims if future.done() and not future.exception()]
+    for one in served:
+        if one.process.poll() is None:
+            one.process.terminate()
+    for sim in spawned:
+        if sim.process.poll() is None:
+            sim.process.terminate()
+    errors: list[BaseException] = []
+    stops: list[Callable[[], object]] = [*(one.stop for one in served), *(s.stop for s in spawned)]
+    for stop in stops:
+        try:
+            stop()
+        except Exception as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
 
 
 def ask(scenario: Scenario, case: dict[str, Any]) -> None:
@@ -135,13 +181,25 @@ def world(
     evalgate_write_answer_key(key, [(messages(c), c["target"], c["category"]) for c in CASES])
     evalgate_write_answer_key(refusing, [(messages(c), REFUSAL, c["category"]) for c in CASES])
     scenarios: dict[str, Scenario] = {}
-    prom: EvalgatePromServer | None = None
+    served: list[Served] = []  # every judge and proxy started, for the teardown
+    sims: list[Future[EvalgateSimProcess]] = []
+    # 0.5 s: an instant query reads the last scrape, which a scrape timing out would mark stale
+    prom = EvalgatePromServer(binary, folder, [], scrape_s=0.5)
     try:
-        for name, (accuracy, refuses) in SCENARIOS.items():
-            keys = [key, refusing if refuses else key]
-            scenarios[name] = start(name, accuracy, suite, folder, keys)
-        targets = [scenario.judge.address for scenario in scenarios.values()]
-        prom = EvalgatePromServer(binary, folder, targets)
+        with ThreadPoolExecutor(max_workers=2 * len(SCENARIOS)) as pool:
+            judges, pairs = {}, {}
+            for name, (accuracy, refuses) in SCENARIOS.items():
+                judges[name] = start_judge(name, suite, folder)
+                served.append(judges[name])
+                pairs[name] = start_sims(accuracy, [key, refusing if refuses else key], pool)
+                sims += pairs[name]
+            prom.set_targets([judge.wait_ready().address for judge in judges.values()])
+            for name in SCENARIOS:
+                started = [future.result() for future in pairs[name]]
+                served.append(start_proxy(name, started, folder))
+                scenarios[name] = Scenario(name, started, served[-1], judges[name])
+        for scenario in scenarios.values():
+            scenario.proxy.wait_ready()
         wait_for(prom.ready, 60, "prometheus /-/ready")
         for scenario in scenarios.values():  # every series scraped at 0 before any answer
             count = f"count(evalgate_online_judge_score_count{{{selector(scenario)}}})"
@@ -156,38 +214,41 @@ def world(
             wait_for(reaches(prom, total, want), 90, "every answer judged")
         yield prom, suite, scenarios
     finally:
-        for scenario in scenarios.values():
-            scenario.proxy.stop()
-            scenario.judge.stop()
-            for sim in scenario.sims:
-                sim.stop()
-        if prom is not None:
+        try:
+            stop_all(served, sims)
+        finally:
             prom.stop()
 
 
-def check(world: Any, name: str) -> tuple[int, dict[str, str]]:
+def check(world: Any, name: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, str]]:
+    """``evalgate canary check`` through the console entry point, in this process (the servers
+    it reads are the processes)."""
     prom, suite, scenarios = world
-    argv = cli("canary", "check", str(suite), "--prometheus", prom.url,
-               "--selector", selector(scenarios[name]))  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    lines = {row.split()[0]: row for row in done.stdout.splitlines()[1:-1]}
-    return done.returncode, lines
+    argv = ["canary", "check", str(suite), "--prometheus", prom.url,
+            "--selector", selector(scenarios[name])]  # fmt: skip
+    status = main(argv)
+    lines = {row.split()[0]: row for row in capsys.readouterr().out.splitlines()[1:-1]}
+    return status, lines
 
 
 def value(line: str) -> float:
     return float(line.split()[1])
 
 
-def test_an_equal_candidate_passes_judge_score_and_refusal_rules(world: Any) -> None:
-    status, lines = check(world, "equal")
+def test_an_equal_candidate_passes_judge_score_and_refusal_rules(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = check(world, "equal", capsys)
     assert status == 0, lines
     for metric in ("judge_score_delta", "refusal_rate_delta"):
         assert value(lines[metric]) == pytest.approx(0.0, abs=1e-9)
         assert " pass " in lines[metric]
 
 
-def test_a_candidate_the_judge_scores_lower_fails_judge_score_delta(world: Any) -> None:
-    status, lines = check(world, "lower")
+def test_a_candidate_the_judge_scores_lower_fails_judge_score_delta(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = check(world, "lower", capsys)
     assert status == 1, lines
     # every stable answer is right (score 1), every candidate answer wrong (score 0)
     assert value(lines["judge_score_delta"]) == pytest.approx(-1.0, abs=1e-9)
@@ -195,8 +256,10 @@ def test_a_candidate_the_judge_scores_lower_fails_judge_score_delta(world: Any) 
     assert " pass " in lines["refusal_rate_delta"]  # wrong, but no refusal
 
 
-def test_a_refusing_candidate_fails_refusal_rate_delta_too(world: Any) -> None:
-    status, lines = check(world, "refusing")
+def test_a_refusing_candidate_fails_refusal_rate_delta_too(
+    world: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = check(world, "refusing", capsys)
     assert status == 1, lines
     assert value(lines["refusal_rate_delta"]) == pytest.approx(1.0, abs=1e-9)
     assert " fail " in lines["refusal_rate_delta"]
