@@ -298,7 +298,7 @@ def _probe(refuse_zero: bool, logprobs: Any) -> tuple[int | None, list[int], str
 
     handler = type("H", (_Handler,), {"refuse_zero": refuse_zero, "logprobs": logprobs, "seen": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     endpoint = EvalgateEndpoint(url, "m", "completions", None, 5.0, 1, stream=False)

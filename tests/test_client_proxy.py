@@ -309,7 +309,7 @@ class _HttpsChat:
         context.load_cert_chain(cert, key)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.base_url = f"https://localhost:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
 
 
 def test_a_run_reaches_an_https_endpoint_through_connect(tmp_path: Path) -> None:

@@ -208,7 +208,7 @@ class _Service(BaseHTTPRequestHandler):
 @pytest.fixture
 def service() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Service)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     _Service.seen.clear()
     yield f"http://127.0.0.1:{server.server_address[1]}"
