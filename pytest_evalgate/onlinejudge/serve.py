@@ -167,5 +167,10 @@ def evalgate_metrics_server(
 
     server = http.server.ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="online-judge-metrics", daemon=True).start()
+    # the flag shutdown() sets is looked at every 50 ms (serve_forever's default: 0.5 s, which
+    # every SIGTERMed online judge waited out before it could exit)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.05,), name="online-judge-metrics", daemon=True
+    )
+    thread.start()
     return server
