@@ -40,7 +40,12 @@ FIXTURE: dict[str, Any] = {
         {"name": "delete_account", "parameters": ORDER, "side_effects": True, "results": []},
     ],
 }
-TOOLS = {"fixture": "tools.yaml", "revision": "tools-v1", "max_steps": 4, "max_tool_calls": 6}
+TOOLS: dict[str, Any] = {
+    "fixture": "tools.yaml",
+    "revision": "tools-v1",
+    "max_steps": 4,
+    "max_tool_calls": 6,
+}
 
 
 def _lookup_rows(count: int = 8) -> list[dict[str, Any]]:
@@ -282,23 +287,23 @@ def test_a_turn_target_its_check_cannot_read_is_refused_at_load(tmp_path: Path) 
     assert "holds no number" in caught.value.reason
 
 
-def test_the_example_suites_give_one_verdict_with_and_without_xdist(tmp_path: Path) -> None:
-    verdicts = []
+def test_the_example_suites_give_one_verdict_with_and_without_xdist(
+    pytester: pytest.Pytester,
+) -> None:
+    # in-process runs (as the tool-loop tests above), each with its own store and report
+    shutil.copytree(ROOT / "suites" / "support-tools", pytester.path / "support-tools")
+    verdicts: list[tuple[str, Any, int]] = []
     for extra in ([], ["-n", "2"]):
-        work = tmp_path / f"run{len(verdicts)}"
-        work.mkdir()
-        shutil.copytree(ROOT / "suites" / "support-tools", work / "support-tools")
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "--evalgate", "support-tools", "-p",
-             "no:cacheprovider", "-q", "--evalgate-report", "out", *extra],
-            cwd=work, capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        assert result.returncode in (0, 1), result.stdout[-2000:] + result.stderr[-2000:]
-        decision = _decision(work / "out")
-        verdicts.append((decision["verdict"], decision["dialogue"], result.returncode))
+        run = len(verdicts)
+        result = pytester.runpytest("--evalgate", "support-tools", "-p", "no:cacheprovider",
+                                    "-q", f"--evalgate-store=store{run}",
+                                    f"--evalgate-report=out{run}", *extra)  # fmt: skip
+        assert result.ret in (0, 1), result.stdout.str()[-2000:] + result.stderr.str()[-2000:]
+        decision = _decision(pytester.path / f"out{run}")
+        verdicts.append((decision["verdict"], decision["dialogue"], int(result.ret)))
     assert verdicts[0] == verdicts[1]
     assert verdicts[0][0] == "pass"
-    state = next((tmp_path / "run0" / ".evalgate" / ".tool-state").rglob("refunds.jsonl"))
+    state = next((pytester.path / "store0" / ".tool-state").rglob("refunds.jsonl"))
     assert len(state.read_text().splitlines()) == 2 * 10  # one refund per refund case and model
 
 
@@ -308,7 +313,8 @@ def test_the_example_suites_give_one_verdict_with_and_without_xdist(tmp_path: Pa
 def test_a_sigkilled_run_with_a_side_effect_reruns_to_exactly_once(tmp_path: Path) -> None:
     suite = tmp_path / "support-tools"
     shutil.copytree(ROOT / "suites" / "support-tools", suite)
-    manifest = yaml.safe_load((suite / "evalgate.yaml").read_text())
+    shipped = (suite / "evalgate.yaml").read_text()
+    manifest = yaml.safe_load(shipped)
     for spec in manifest["candidates"].values():  # slow answers: the kill lands mid-run
         spec["base_url"] = spec["base_url"].replace("ttft_ms=10", "ttft_ms=120")
     manifest["budget"]["max_concurrency"] = 2
@@ -328,10 +334,14 @@ def test_a_sigkilled_run_with_a_side_effect_reruns_to_exactly_once(tmp_path: Pat
     os.kill(run.pid, signal.SIGKILL)
     run.wait(timeout=30)
     applied_before = len(log.read_text().splitlines())
+    # the rerun as shipped: latency and budget are transport, outside every identity, so it
+    # resumes the same store (and does not wait out the slow answers a second time)
+    (suite / "evalgate.yaml").write_text(shipped)
     rerun = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                            check=False)  # fmt: skip
     assert "identities completed 60/60" in rerun.stdout, rerun.stdout[-3000:]
     assert "duplicates collapsed 0" in rerun.stdout
+    assert "reused " in rerun.stdout  # it resumed the killed run's store
     records = _records(store)
     keys = [json.dumps(r["identity"], sort_keys=True) for r in records]
     assert len(keys) == len(set(keys)) == 60  # every identity exactly once
