@@ -16,6 +16,9 @@ from suitekit import write_suite
 
 GOOD = "simulated://?accuracy=1.0&seed=1"
 CASES = 12  # suitekit's default: 2 categories x 6
+# one retry, not suitekit's two: a broken answer is retried (and stays an error) with half the
+# backoff waited; the logged wait is the shortest the client logs (client/call.py _HINT_LOG_S)
+BUDGET = {"max_concurrency": 8, "max_attempts": 2, "timeout_s": 10}
 
 
 def _records(store: Path, candidate: str) -> list[dict[str, Any]]:
@@ -29,7 +32,9 @@ def _records(store: Path, candidate: str) -> list[dict[str, Any]]:
 
 
 def _run(pytester: pytest.Pytester, candidate_url: str, *extra: str) -> pytest.RunResult:
-    write_suite(pytester.path / "suite", {"candidate": candidate_url, "baseline": GOOD})
+    write_suite(
+        pytester.path / "suite", {"candidate": candidate_url, "baseline": GOOD}, budget=BUDGET
+    )
     return pytester.runpytest(
         "--evalgate", "suite", "--evalgate-store=store", "-p", "no:cacheprovider", "--tb=line",
         *extra,
@@ -108,9 +113,9 @@ def test_bogus_usage_is_flagged_in_the_record_and_the_answer_still_scored(
 
 
 def test_a_long_retry_after_is_logged_when_the_wait_starts(pytester: pytest.Pytester) -> None:
-    url = "simulated://?accuracy=1.0&seed=1&fail_429_first=1&retry_after=6"
+    url = "simulated://?accuracy=1.0&seed=1&fail_429_first=1&retry_after=5"
     result = _run(pytester, url, "--log-cli-level=INFO")
     assert result.ret == 0  # the one 429 was retried after its wait
     result.stdout.fnmatch_lines(
-        ["*evalgate: *candidate*: the endpoint asked to wait 6 s; waiting 6 s before attempt 2*"]
+        ["*evalgate: *candidate*: the endpoint asked to wait 5 s; waiting 5 s before attempt 2*"]
     )
