@@ -28,6 +28,10 @@ from pytest_evalgate.simulated.server import EvalgateSimServer
 
 CHAT = {"messages": [{"role": "user", "content": "say hello"}], "max_tokens": 16}
 KEY = "sk-hostile-test-0123456789abcdef"
+# The backoff jitter's seed: with 8038 the first two jitter draws (of up to 0.5 s and 1 s) are
+# under 1 ms, so a call retried to its third attempt does not sit out ~0.9 s of backoff (seed 1
+# drew 0.07 s and 0.85 s). The retries and their counts are the same; only the waits shrink.
+JITTER_SEED = 8038
 
 
 def _endpoint(base_url: str, stream: bool, **changes: Any) -> EvalgateEndpoint:
@@ -51,7 +55,8 @@ def _call(
     lines: list[str] = []
 
     async def main() -> EvalgateCallResult:
-        client = EvalgateClient(EvalgateLimiter(4, None, None), rng_seed=1, log=lines.append)
+        limiter = EvalgateLimiter(4, None, None)
+        client = EvalgateClient(limiter, rng_seed=JITTER_SEED, log=lines.append)
         try:
             ep = _endpoint(base_url, stream, **changes)
             return await client.call(ep, body or CHAT, "id-1", 40)
@@ -79,7 +84,7 @@ def _fault_call(
         async with FaultServer(default) as server:
             if script is not None:
                 server.script("id-1", script)
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=JITTER_SEED)
             try:
                 ep = _endpoint(server.base_url, stream, **changes)
                 return await client.call(ep, CHAT, "id-1", 40), len(server.arrivals)
@@ -130,7 +135,7 @@ def test_a_stream_with_done_and_a_finish_reason_is_an_answer() -> None:
 def test_a_connection_dropped_mid_stream_is_truncated() -> None:
     async def main() -> EvalgateCallResult:
         async with FaultServer(FaultStep(drop_after_chunks=2)) as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=JITTER_SEED)
             try:
                 ep = _endpoint(server.base_url, True, max_attempts=2)
                 return await client.call(ep, CHAT, "id-1", 40)
@@ -412,7 +417,7 @@ def test_registered_values_are_redacted_longest_first_and_short_ones_never() -> 
 def test_an_identity_with_line_breaks_cannot_forge_a_header() -> None:
     async def main() -> tuple[EvalgateCallResult, list[Any]]:
         async with FaultServer() as server:
-            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=1)
+            client = EvalgateClient(EvalgateLimiter(2, None, None), rng_seed=JITTER_SEED)
             try:
                 ep = _endpoint(server.base_url, False)
                 result = await client.call(ep, CHAT, "v1/c/case\r\nX-Injected: 1/r0", 40)
