@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,22 +28,37 @@ CASES = ROOT / "suites" / "support" / "cases.jsonl"
 _DISTINCT = 8
 
 
-def _demo(tmp: Path, name: str, *args: str) -> tuple[Path, Path]:
-    """Run the demo; returns (report folder, folder of its logs)."""
+def _start_demo(tmp: Path, name: str, *args: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """Start the demo with the store and keys ``store-NAME``, ``keys-NAME`` (made or copied
+    beforehand) and its own report folder and logs; returns (process, report folder, logs)."""
     report, logs = tmp / f"report-{name}", tmp / f"logs-{name}"
     logs.mkdir()
-    env = dict(os.environ, EVALGATE_REPORT_DIR=str(report), EVALGATE_KEYS_DIR=str(tmp / "keys"))
+    env = dict(os.environ, EVALGATE_REPORT_DIR=str(report),
+               EVALGATE_KEYS_DIR=str(tmp / f"keys-{name}"))  # fmt: skip
     env.pop("GITHUB_STEP_SUMMARY", None)
     argv = [
-        "bash", "scripts/demo", f"--evalgate-store={tmp / 'store'}",
+        "bash", "scripts/demo", f"--evalgate-store={tmp / f'store-{name}'}",
         f"--evalgate-request-log={logs / 'requests.jsonl'}",
         f"--log-file={logs / 'pytest.log'}", "--log-file-level=DEBUG", *args,
     ]  # fmt: skip
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    (logs / "demo.stdout.log").write_text(done.stdout)
-    (logs / "demo.stderr.log").write_text(done.stderr)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "result: VALID" in done.stdout  # the decision was signed and verified
+    with (logs / "demo.stdout.log").open("wb") as out, (logs / "demo.stderr.log").open("wb") as err:
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=err)
+    return process, report, logs
+
+
+def _finish_demo(started: tuple[subprocess.Popen[bytes], Path, Path]) -> tuple[Path, Path]:
+    """Wait for a demo :func:`_start_demo` started; returns (report folder, folder of its logs)."""
+    process, report, logs = started
+    try:
+        status = process.wait(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    stdout = (logs / "demo.stdout.log").read_text()
+    stderr = (logs / "demo.stderr.log").read_text()
+    assert status == 0, stdout[-3000:] + stderr[-3000:]
+    assert "result: VALID" in stdout  # the decision was signed and verified
     return report, logs
 
 
@@ -99,10 +115,17 @@ def _targets() -> dict[str, str]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("demo")
-    plain = _demo(tmp, "plain")
-    texts = _demo(tmp, "text", "--evalgate-report-text")
-    xdist = _demo(tmp, "n2", "-n", "2")
-    outputs = _outputs(tmp / "store")
+    plain = _finish_demo(_start_demo(tmp, "plain"))
+    # The two reruns resume from the first run's store (they request nothing) and make their
+    # reports at the same time, each from its own copy of that store and of the keys: neither
+    # reads what the other writes.
+    for name in ("text", "n2"):
+        shutil.copytree(tmp / "store-plain", tmp / f"store-{name}", symlinks=True)
+        shutil.copytree(tmp / "keys-plain", tmp / f"keys-{name}", symlinks=True)
+    started = [_start_demo(tmp, "text", "--evalgate-report-text"),
+               _start_demo(tmp, "n2", "-n", "2")]  # fmt: skip
+    texts, xdist = [_finish_demo(each) for each in started]
+    outputs = _outputs(tmp / "store-plain")
     return {"plain": plain, "text": texts, "n2": xdist, "fragments": _fragments(outputs)}
 
 
@@ -141,11 +164,12 @@ def test_report_text_asks_for_the_flipped_cases_text(demo: dict[str, Any]) -> No
     flipped = [flip["case_id"] for flip in decision["flipped"]["cases"]]
     assert len(flipped) > 10
     fragments: dict[str, set[str]] = demo["fragments"]
+    heads, all_targets = _heads(), _targets()
     for name in ("report.md", "report.html"):
         text = _readable(report / name)
         for case_id in flipped:
-            assert _heads()[case_id] in text, (name, case_id)  # each input's opening
-        targets = {_targets()[c] for c in flipped if len(_targets()[c]) >= _DISTINCT}
+            assert heads[case_id] in text, (name, case_id)  # each input's opening
+        targets = {all_targets[c] for c in flipped if len(all_targets[c]) >= _DISTINCT}
         assert targets and all(target in text for target in targets), name
     # the record itself stays text-free even when the reports show text
     record = _readable(report / "decision.json")
