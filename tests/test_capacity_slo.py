@@ -4,13 +4,16 @@ the ``{metric: max_rate_at_slo, rule: perf_ratio_min}`` rule.
 The acceptance tests run two real simulator processes on 127.0.0.1, one with half the service
 slots of the other. Service is deterministic (no jitter; a slot is held for TTFT + TPOT x
 (tokens - 1) = 100 + 20 x 3 = 160 ms), so a server with S slots serves S / 0.16 requests/s:
-4 slots 25/s, 2 slots 12.5/s. The swept rates 5, 10 and 20/s lie clearly below or above those
+4 slots 25/s, 2 slots 12.5/s. The swept rates 10 and 20/s lie clearly below or above those
 capacities (at 20/s the 2-slot server's queue grows by 7.5 requests each second, so its TTFT p95
 is about 0.76 s over the measured second after a 0.25 s warm-up, well past 0.5 s), so the
 expected max rates are 10/s and 20/s; no wall time is asserted, only which steps meet the SLO.
-The windows are short on purpose: each of the four (the ``perf.rate`` window, then one per swept
+The runs are short on purpose: each window (the ``perf.rate`` one at 5/s, then one per swept
 rate) is waited out, and the 2-slot server's queue at 20/s takes 1.6 windows to drain. A longer
-window would only grow that queue, and its TTFT's margin over the SLO, further.
+window would only grow that queue, and its TTFT's margin over the SLO, further; a step below
+10/s would only repeat what 10/s shows (both sides meet the SLO there), while the baseline's
+walk over both steps to 20/s, and the candidate's stop at the second, still show that the rate
+is the last step before the first miss (the unit tests above walk longer sweeps).
 """
 
 from __future__ import annotations
@@ -209,7 +212,7 @@ def two_simulators(slots: tuple[int, int]) -> Iterator[dict[str, EvalgateEndpoin
 
 
 def sweep_run(slots: tuple[int, int]) -> EvalgatePerfResult:
-    manifest = with_sweep(evalgate_load_manifest(str(SUPPORT)), [5.0, 10.0, 20.0])
+    manifest = with_sweep(evalgate_load_manifest(str(SUPPORT)), [10.0, 20.0])
     with two_simulators(slots) as endpoints:
         return evalgate_run_perf(manifest, endpoints, PAIR, max_delay_p95_s=0.05)
 
@@ -248,7 +251,7 @@ def test_half_the_service_slots_fails_with_both_rates(
     half_slots: EvalgatePerfResult, tmp_path: Path
 ) -> None:
     steps = half_slots.sweep
-    assert [step.requested_rate for step in steps] == [5.0, 10.0, 20.0]
+    assert [step.requested_rate for step in steps] == [10.0, 20.0]
     for step in steps:  # open loop: both sides were sent what was scheduled, at every step
         for name in PAIR:
             assert step.achieved_rate[name] >= 0.95 * step.scheduled_rate, step
@@ -266,7 +269,7 @@ def test_half_the_service_slots_fails_with_both_rates(
 
 def test_the_sweep_is_in_the_record_and_reads_back(half_slots: EvalgatePerfResult) -> None:
     record = json.loads(json.dumps(half_slots.to_dict(include_samples=True)))
-    assert [s["requested_rate"] for s in record["sweep"]] == [5.0, 10.0, 20.0]
+    assert [s["requested_rate"] for s in record["sweep"]] == [10.0, 20.0]
     assert set(record["sweep"][0]["achieved_rate"]) == set(PAIR)
     assert evalgate_perf_from_dict(record).sweep == half_slots.sweep
 
@@ -309,7 +312,7 @@ def test_a_gate_run_records_both_rates_and_plan_sizes_replicas(
         "rate": 5.0,
         "duration_s": 1.0,
         "warmup_s": 0.25,
-        "sweep": [5.0, 10.0, 20.0],
+        "sweep": [10.0, 20.0],
     }
     candidates = {
         "candidate": f"simulated://?{knobs}&service_slots=2",
@@ -337,7 +340,7 @@ def test_a_gate_run_records_both_rates_and_plan_sizes_replicas(
     assert entry["rates"] == {"candidate": 10.0, "baseline": 20.0}
     assert entry["slo"] == {"ttft_p95_s": 0.5, "tpot_p95_s": 0.05}
     steps = decision["perf_phase"]["sweep"]
-    assert [s["requested_rate"] for s in steps] == [5.0, 10.0, 20.0]
+    assert [s["requested_rate"] for s in steps] == [10.0, 20.0]
     assert all(s["achieved_rate"]["candidate"] > 0 for s in steps)
     markdown = (report / "report.md").read_text(encoding="utf-8")
     assert "### Capacity sweep (open loop, both models over the same windows)" in markdown
