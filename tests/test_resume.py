@@ -125,6 +125,18 @@ class Rig:
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
+    """The rig of the kill tests: LATENCY_S per request (the bounds above are computed from it)."""
+    yield from _rig(tmp_path, LATENCY_S)
+
+
+@pytest.fixture
+def fast_rig(tmp_path: Path) -> Iterator[Rig]:
+    """The same rig with 10 ms requests: for runs that are not killed, where no bound depends on
+    the latency (a whole run's 240 requests take 0.3 s instead of 3 s)."""
+    yield from _rig(tmp_path, 0.01)
+
+
+def _rig(tmp_path: Path, latency_s: float) -> Iterator[Rig]:
     log = tmp_path / "requests.jsonl"
     answers = tmp_path / "answers.jsonl"
     suite_path = tmp_path / "suite"
@@ -141,7 +153,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     # The answer key comes from the prompts, which do not depend on the endpoint URL.
     rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in suite("http://x/v1").cases)
     evalgate_write_answer_key(answers, rows)
-    config = EvalgateSimConfig(accuracy=0.9, latency_ms=LATENCY_S * 1000, seed=3)
+    config = EvalgateSimConfig(accuracy=0.9, latency_ms=latency_s * 1000, seed=3)
     with EvalgateSimServer(config, answers=answers, request_log=log) as server:
         manifest = suite(server.base_url)
         yield Rig(tmp_path, suite_path, manifest, tmp_path / "store", log, server)
@@ -208,7 +220,7 @@ def check_resent_bound(rig: Rig, at_kill: Kill, rerun: list[str], workers: int =
     - their number <= in-flight bound (CONCURRENCY) + tail bound, the tail being what finishes
       in one commit window at full speed: CONCURRENCY / LATENCY_S * COMMIT_WINDOW_S per worker.
     """
-    first = {}
+    first: dict[str, float] = {}
     for at, identity in at_kill.requested:
         first.setdefault(identity, at)
     resent = set(rerun) & set(first)
@@ -273,9 +285,10 @@ def test_kill_early_mid_run_and_while_writing_then_resume(rig: Rig) -> None:
     check_complete(rig, kills[-1])
 
 
-def test_complete_run_then_rerun_then_fresh(rig: Rig) -> None:
+def test_complete_run_then_rerun_then_fresh(fast_rig: Rig) -> None:
     """A rerun of a complete run requests nothing; --evalgate-fresh requests everything again
     into a new generation and leaves the old one byte for byte."""
+    rig = fast_rig
     first = rig.run()
     assert len(rig.requests()) == len(rig.expected)
     assert rig.run() == first  # the same store, the same verdict
