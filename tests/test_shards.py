@@ -21,18 +21,25 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from assertkit import evalgate_decision_exit
-from suitekit import make_cases, write_suite
+from suitekit import make_cases, write_answer_key, write_suite
 
 from pytest_evalgate.aggregate.combine import EvalgateSelection, evalgate_aggregate
 from pytest_evalgate.k8s.render import evalgate_render
 from pytest_evalgate.k8s.render_types import EVALGATE_STORE_MOUNT, EvalgateRenderOptions
-from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.load import (
+    EvalgateManifest,
+    evalgate_base_url_env,
+    evalgate_load_manifest,
+)
 from pytest_evalgate.shard.plan import shard_for
+from pytest_evalgate.simulated.knobs import evalgate_parse_simulated_url
+from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import EvalgateIdentity, EvalgateLocalStore
 
 # Candidate better than baseline on average, with a weak category, so that rules differ.
@@ -83,12 +90,15 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(steering)}
 
 
-def _start_pytest(root: Path, name: str, *args: str) -> subprocess.Popen[bytes]:
-    """``pytest --evalgate suite ARGS`` in ``root``; output to ``<name>.out`` (read on failure)."""
+def _start_pytest(
+    root: Path, name: str, *args: str, env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """``pytest --evalgate suite ARGS`` in ``root`` with ``env`` added to the clean environment;
+    output to ``<name>.out`` (read on failure)."""
     argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", *NO_CACHE, "-q", *args]
     with open(root / f"{name}.out", "wb") as out:
         return subprocess.Popen(
-            argv, cwd=root, env=_clean_env(), stdout=out, stderr=subprocess.STDOUT
+            argv, cwd=root, env={**_clean_env(), **env}, stdout=out, stderr=subprocess.STDOUT
         )
 
 
@@ -125,26 +135,62 @@ def _write_four_shard_suite(pytester: pytest.Pytester) -> list[dict[str, Any]]:
     return cases
 
 
-def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester) -> None:
+Serve = Callable[[str], dict[str, str]]
+
+
+@pytest.fixture
+def simulators(pytester: pytest.Pytester) -> Iterator[Serve]:
+    """``serve(name)``: CANDIDATE's and BASELINE's simulators as loopback servers of this
+    process, logging to ``<name>.log``; returns the environment that points a run at them
+    (``PYTEST_EVALGATE_BASE_URL_*``: transport, outside the definition and candidate keys).
+
+    With the manifest's ``simulated://`` URLs each of the invariance test's pytest processes
+    (and xdist workers) started two simulator processes of its own: 22 of them, ~1.3 s of the
+    test's ~14 s of CPU, ~1 s of its wall time here. The simulator's answers are hashes of the
+    request (simulated/draws.py), so these answer each run as the spawned ones did; the suite's
+    answer key does not depend on the URLs."""
+    key = pytester.path / "answers.jsonl"
+    with ExitStack() as stack:
+
+        def serve(name: str) -> dict[str, str]:
+            if not key.exists():  # the suite is written by then
+                write_answer_key(pytester.path / "suite" / "evalgate.yaml", key)
+            env = {}
+            for candidate, url in (("candidate", CANDIDATE), ("baseline", BASELINE)):
+                server = EvalgateSimServer(
+                    evalgate_parse_simulated_url(url),
+                    answers=key,
+                    request_log=pytester.path / f"{name}.log",
+                )
+                stack.enter_context(server)
+                env[evalgate_base_url_env(candidate)] = server.base_url
+            return env
+
+        yield serve
+
+
+def test_verdict_is_the_same_however_the_work_is_split(
+    pytester: pytest.Pytester, simulators: Serve
+) -> None:
     cases = _write_four_shard_suite(pytester)
     root = pytester.path
-    # Every configuration at once, each with its own store; the 4 shards share one store, as
-    # the pods of an Indexed Job do.
+    # Every configuration at once, each with its own store and simulators; the 4 shards share
+    # one store and one pair of simulators, as the pods of an Indexed Job do.
     runs = {
         f"n{k}": _start_pytest(root, f"n{k}", "-n", k, f"--evalgate-store=store-n{k}",
-                               f"--evalgate-report=report-n{k}", f"--evalgate-request-log=n{k}.log")
+                               f"--evalgate-report=report-n{k}", env=simulators(f"n{k}"))
         for k in ("0", "2", "4")
     }  # fmt: skip
+    shared = simulators("shards")
     shards = {
         f"shard{i}": _start_pytest(root, f"shard{i}", f"--evalgate-shard={i}/4",
-                                   "--evalgate-store=store-sharded",
-                                   f"--evalgate-request-log=shard{i}.log")
+                                   "--evalgate-store=store-sharded", env=shared)
         for i in range(4)
     }  # fmt: skip
     assert set(_finish(root, shards).values()) == {0}  # wrong answers never fail a shard
     runs["sharded"] = _start_pytest(
         root, "sharded", "--evalgate-aggregate", "--evalgate-store=store-sharded",
-        "--evalgate-report=report-sharded", "--evalgate-request-log=sharded.log",
+        "--evalgate-report=report-sharded", env=simulators("sharded"),
     )  # fmt: skip
     codes = _finish(root, runs)
     wanted = {
@@ -153,10 +199,10 @@ def test_verdict_is_the_same_however_the_work_is_split(pytester: pytest.Pytester
         for case in cases
         for repetition in range(REPETITIONS)
     }
-    for name, logs in (("n0", ["n0"]), ("n2", ["n2"]), ("n4", ["n4"]), ("sharded", [*shards])):
-        sent = _requested(root, logs)
+    for name in ("n0", "n2", "n4", "shards"):
+        sent = _requested(root, [name])
         assert set(sent) == wanted and max(sent.values()) == 1, f"{name}: not requested once each"
-    assert not (root / "sharded.log").exists()  # aggregation sends no request
+    assert (root / "sharded.log").read_text() == ""  # aggregation sends no request
     expected = len(cases) * 2 * REPETITIONS
     reference = _decision(root / "report-n0")
     _whole(reference, expected, "-n 0")
@@ -196,10 +242,10 @@ def test_aggregate_before_every_shard_is_done_is_incomplete(pytester: pytest.Pyt
 SUITE_PATH = "suites/shards"
 POD_SHARDS = 3
 # The killed index holds 9 cases (36 identities); at one request in flight (max_concurrency 3
-# over 3 shards) they take over 2 s: long enough to see a first segment committed (after ~0.5 s)
-# and kill the index then.
-POD_CANDIDATE = "simulated://?accuracy=0.9&accuracy.gamma=0.7&seed=11&latency_ms=60"
-POD_BASELINE = "simulated://?accuracy=0.8&seed=12&latency_ms=60"
+# over 3 shards) they take over 1.4 s: long enough to see a first segment committed (after
+# ~0.5 s) and kill the index then, with the index's last 0.9 s of requests still to come.
+POD_CANDIDATE = "simulated://?accuracy=0.9&accuracy.gamma=0.7&seed=11&latency_ms=40"
+POD_BASELINE = "simulated://?accuracy=0.8&seed=12&latency_ms=40"
 _KUBELET_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _POD_PATH = re.compile("=" + re.escape(EVALGATE_STORE_MOUNT) + r"(?=/|$)")
 
@@ -369,6 +415,7 @@ def test_rendered_pod_command_survives_a_killed_index(tmp_path: Path, pods: list
     assert seen, "index 1 ended before its first commit: make the simulator slower"
     workers.kill(running[victim])
     at_kill = len(_committed_lines(store, victim_dir))
+    print(f"at kill: {at_kill} of {_shard_identities(manifest, victim, POD_SHARDS)} committed")
     assert 0 < at_kill < _shard_identities(manifest, victim, POD_SHARDS), "not killed mid-run"
     running[victim] = workers.start(victim)  # the Job controller's retry: same command, same env
     for index, process in running.items():
