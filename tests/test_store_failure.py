@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -137,14 +138,47 @@ def test_a_folder_store_whose_shard_folder_leads_out_mid_run_stops_the_run(
     assert sorted(p.name for p in outside.iterdir()) == before  # nothing written through it
 
 
+S3_TEST = "test_an_s3_store_killed_mid_run_stops_the_run_with_verdict_incomplete"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def early_weed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Future[EvalgateSeaweed] | None]:
+    """The S3 test's own SeaweedFS (it is killed), started in a thread when this module begins,
+    so that its start (~3.5 s, nearly all of it weed waiting on itself) overlaps the folder
+    test; None when the S3 test is not to run here or weed cannot run."""
+    wanted = any(item.name == S3_TEST for item in request.session.items)
+    if not wanted or evalgate_weed_unusable() is not None:
+        yield None
+        return
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(EvalgateSeaweed.start, tmp_path_factory.mktemp("weed") / "weed")
+        try:
+            yield future
+        finally:
+            if future.exception() is None:
+                future.result().stop()  # by PID; a no-op when the test ended it already
+
+
+def _restart(killed: EvalgateSeaweed) -> Future[EvalgateSeaweed]:
+    """Start weed again on ``killed``'s data in a thread (its ports are new ones)."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(EvalgateSeaweed.start, killed.folder)
+    pool.shutdown(wait=False)
+    return future
+
+
 def test_an_s3_store_killed_mid_run_stops_the_run_with_verdict_incomplete(
-    tmp_path: Path,
+    tmp_path: Path, early_weed: Future[EvalgateSeaweed] | None
 ) -> None:
     reason = evalgate_weed_unusable()
     if reason:
         pytest.skip(reason)
     _suite(tmp_path)
-    seaweed = EvalgateSeaweed.start(tmp_path / "weed")  # our own: it is killed
+    # our own weed: it is killed
+    seaweed = early_weed.result() if early_weed else EvalgateSeaweed.start(tmp_path / "weed")
+    restarted: Future[EvalgateSeaweed] | None = None
     try:
         location = seaweed.new_store()
         client = seaweed.client()
@@ -164,14 +198,31 @@ def test_an_s3_store_killed_mid_run_stops_the_run_with_verdict_incomplete(
         _wait(lambda: len(committed()) > 0, process)
         os.kill(seaweed.process.pid, signal.SIGKILL)
         seaweed.process.wait(30)
+        killed = seaweed
+        # the same data, to count it, started while the run stops: on new ports, which the
+        # run's store (pointed at the killed one's) never reaches
+        restarted = _restart(killed)
         status_out = _check_stopped_later(tmp_path, process)
-        seaweed = EvalgateSeaweed.start(tmp_path / "weed")  # the same data, to count it
+        seaweed = restarted.result()
+        if seaweed.endpoint == killed.endpoint:  # the kernel gave its S3 port again: start
+            _kill(seaweed)  # anew, now that the run has ended
+            seaweed = EvalgateSeaweed.start(killed.folder)
         client = seaweed.client()
         lines = committed()
         assert 0 < len(lines) < 2 * 2 * CASES
         _check_stopped(tmp_path, status_out, lines)
     finally:
-        seaweed.stop()
+        _kill(seaweed)
+        if restarted is not None and restarted.exception() is None:
+            _kill(restarted.result())
+
+
+def _kill(server: EvalgateSeaweed) -> None:
+    """SIGKILL by PID: only counted from or killed anyway, no server here needs stop()'s 2 s
+    of grace (seaweedkit.STOP_GRACE_S: weed keeps serving a while after SIGTERM)."""
+    if server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGKILL)
+        server.process.wait(30)
 
 
 def _check_stopped_later(root: Path, process: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
