@@ -3,7 +3,9 @@ store and the simulator's request log.
 
 Each scenario runs a 240-identity suite (120 cases x 2 candidates) against one in-process
 simulator with a request log (100 ms per request, 8 in flight: about 3 s a run), kills the run at
-one moment, reruns the same command to the end, and asserts:
+one moment, reruns the same command to the end (against a 10 ms twin of the simulator that logs
+to the same file, through ``PYTEST_EVALGATE_BASE_URL_*``: transport, outside every identity),
+and asserts:
 
 - every expected identity is in the store exactly once (one line, no problems, no duplicates);
 - no identity committed before the kill is requested by the rerun (the server's log);
@@ -24,7 +26,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,11 @@ from assertkit import (
 )
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.manifest.load import EvalgateManifest, evalgate_load_manifest
+from pytest_evalgate.manifest.load import (
+    EvalgateManifest,
+    evalgate_base_url_env,
+    evalgate_load_manifest,
+)
 from pytest_evalgate.simulated import EvalgateSimConfig, evalgate_write_answer_key
 from pytest_evalgate.simulated.server import EvalgateSimServer
 from pytest_evalgate.store import EVALGATE_FAULT_COMMIT_PAUSE_ENV, EvalgateLocalStore
@@ -48,6 +54,7 @@ CONCURRENCY = 8
 # The segment writer commits when its oldest pending record is max_age_s (0.5 s) old, checked
 # every max_age_s / 2 (0.25 s) by the item loop while it waits, and after each finished record.
 COMMIT_WINDOW_S = 0.5 + 0.25
+FAST_LATENCY_S = 0.01  # the runs to the end (Rig.run): none is killed
 PAUSE_S = 0.3  # fault-injected hold of a written temp file (third kill only)
 RUN_TIMEOUT_S = 60.0
 
@@ -61,7 +68,8 @@ class Rig:
     manifest: EvalgateManifest
     store: Path
     log: Path
-    server: EvalgateSimServer
+    server: EvalgateSimServer  # the killed runs' (LATENCY_S)
+    to_fast: dict[str, str]  # the environment that sends a run to the fast one
 
     @property
     def expected(self) -> set[str]:
@@ -96,9 +104,14 @@ class Rig:
         )
 
     def run(self, *extra: str) -> int:
-        """Run to the end; the run must reach a decided verdict and exit by it (0 or 1)."""
+        """Run to the end against the fast simulator; the run must reach a decided verdict and
+        exit by it (0 or 1)."""
         completed = subprocess.run(
-            self.command(*extra), cwd=self.root, capture_output=True, timeout=RUN_TIMEOUT_S
+            self.command(*extra),
+            cwd=self.root,
+            capture_output=True,
+            timeout=RUN_TIMEOUT_S,
+            env={**os.environ, **self.to_fast},
         )
         implied = evalgate_decided_exit(completed.stdout.decode(errors="replace"))
         assert completed.returncode == implied, completed.stderr.decode(errors="replace")[-3000:]
@@ -125,18 +138,6 @@ class Rig:
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    """The rig of the kill tests: LATENCY_S per request (the bounds above are computed from it)."""
-    yield from _rig(tmp_path, LATENCY_S)
-
-
-@pytest.fixture
-def fast_rig(tmp_path: Path) -> Iterator[Rig]:
-    """The same rig with 10 ms requests: for runs that are not killed, where no bound depends on
-    the latency (a whole run's 240 requests take 0.3 s instead of 3 s)."""
-    yield from _rig(tmp_path, 0.01)
-
-
-def _rig(tmp_path: Path, latency_s: float) -> Iterator[Rig]:
     log = tmp_path / "requests.jsonl"
     answers = tmp_path / "answers.jsonl"
     suite_path = tmp_path / "suite"
@@ -153,10 +154,19 @@ def _rig(tmp_path: Path, latency_s: float) -> Iterator[Rig]:
     # The answer key comes from the prompts, which do not depend on the endpoint URL.
     rows = ((c.evalgate_prompt_json(), c.target, c.category) for c in suite("http://x/v1").cases)
     evalgate_write_answer_key(answers, rows)
-    config = EvalgateSimConfig(accuracy=0.9, latency_ms=latency_s * 1000, seed=3)
-    with EvalgateSimServer(config, answers=answers, request_log=log) as server:
+    config = EvalgateSimConfig(accuracy=0.9, latency_ms=LATENCY_S * 1000, seed=3)
+    # The same simulator at FAST_LATENCY_S, logging to the same file, for the runs to the end
+    # (Rig.run): the bounds above are about the killed runs, whose timing the rerun's latency
+    # does not change.
+    fast_config = replace(config, latency_ms=FAST_LATENCY_S * 1000)
+    with (
+        EvalgateSimServer(config, answers=answers, request_log=log) as server,
+        EvalgateSimServer(fast_config, answers=answers, request_log=log) as fast,
+    ):
         manifest = suite(server.base_url)
-        yield Rig(tmp_path, suite_path, manifest, tmp_path / "store", log, server)
+        # transport only: the same identities, store and candidate keys
+        to_fast = {evalgate_base_url_env(name): fast.base_url for name in manifest.candidates}
+        yield Rig(tmp_path, suite_path, manifest, tmp_path / "store", log, server, to_fast)
 
 
 def wait_until(condition: Callable[[], bool], process: subprocess.Popen[bytes]) -> bool:
@@ -285,10 +295,9 @@ def test_kill_early_mid_run_and_while_writing_then_resume(rig: Rig) -> None:
     check_complete(rig, kills[-1])
 
 
-def test_complete_run_then_rerun_then_fresh(fast_rig: Rig) -> None:
+def test_complete_run_then_rerun_then_fresh(rig: Rig) -> None:
     """A rerun of a complete run requests nothing; --evalgate-fresh requests everything again
     into a new generation and leaves the old one byte for byte."""
-    rig = fast_rig
     first = rig.run()
     assert len(rig.requests()) == len(rig.expected)
     assert rig.run() == first  # the same store, the same verdict
