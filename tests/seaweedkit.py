@@ -136,7 +136,10 @@ class EvalgateSeaweed:
             tail = (self.folder / "weed.log").read_text(errors="replace")[-2000:]
             raise AssertionError(f"weed exited {self.process.returncode}:\n{tail}")
         try:
-            client = self.client(config=Config(retries={"max_attempts": 1}, connect_timeout=1))
+            # a probe answered late is asked again rather than waited on (botocore's read
+            # timeout is 60 s; a start stalled ~5 s on one such probe)
+            config = Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=2)
+            client = self.client(config=config)
             if BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
                 client.create_bucket(Bucket=BUCKET)
             client.put_object(Bucket=BUCKET, Key="probe", Body=b"ok")
