@@ -162,10 +162,10 @@ def evalgate_passed_report(
         "passed",
         None,
         call.when,  # type: ignore[arg-type]  # never "collect": this is an item's phase
-        sections,
-        call.duration,
-        call.start,
-        call.stop,
+        sections=sections,
+        duration=call.duration,
+        start=call.start,  # by name: a pytest without these parameters keeps them as extras
+        stop=call.stop,
         user_properties=item.user_properties,
     )
 
