@@ -120,14 +120,19 @@ def set_judge(path: Path, **changes: Any) -> None:
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+def _pytest_args(suite: Path, store: Path, log: Path, *extra: str) -> list[str]:
+    """The arguments of ``pytest --evalgate SUITE`` with the request log (both runners)."""
+    return [
+        "--evalgate", str(suite), "-q", "-p", "no:cacheprovider", "-rN", "--tb=no",
+        f"--evalgate-store={store}", f"--evalgate-request-log={log}", *extra,
+    ]  # fmt: skip
+
+
 def run_pytest(
     suite: Path, store: Path, log: Path, *extra: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``pytest --evalgate SUITE`` in a subprocess, with the request log."""
-    command = [
-        sys.executable, "-m", "pytest", "--evalgate", str(suite), "-q", "-p", "no:cacheprovider",
-        "-rN", "--tb=no", f"--evalgate-store={store}", f"--evalgate-request-log={log}", *extra,
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "pytest", *_pytest_args(suite, store, log, *extra)]
     return subprocess.run(
         command, cwd=cwd or suite.parent, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
     )
@@ -141,10 +146,7 @@ def run_pytest_inprocess(
     Python with the plugin's imports (tests/conftest.py pre-imports numpy and the rest); the
     simulators, the runner's child and xdist workers are still processes of their own. A test
     that kills or signals the pytest process itself needs :func:`run_pytest`."""
-    argv = [
-        "--evalgate", str(suite), "-q", "-p", "no:cacheprovider", "-rN", "--tb=no",
-        f"--evalgate-store={store}", f"--evalgate-request-log={log}", *extra,
-    ]  # fmt: skip
+    argv = _pytest_args(suite, store, log, *extra)
     with contextlib.chdir(suite.parent):  # where run_pytest runs: the same rootdir and node ids
         result = pytester.runpytest_inprocess(*argv)
     return subprocess.CompletedProcess(
