@@ -8,7 +8,6 @@ told apart by model and identity header (judge requests' identities start with `
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import subprocess
@@ -20,9 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
+from inprockit import run_cli_inprocess as run_cli_inprocess
 from suitekit import make_cases, write_suite
 
-from pytest_evalgate.cli import main as evalgate_cli_main
 from pytest_evalgate.store import EvalgateLocalStore
 
 JUDGE_MODEL = "judge-model"
@@ -161,18 +160,6 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env
     )
-
-
-def run_cli_inprocess(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The same command as :func:`run_cli`, through the console script's ``main`` in this
-    process (in ``cwd``), with its exit status and what it printed as a completed process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = evalgate_cli_main(list(args))
-        except SystemExit as exit_:  # argparse's exit on an unparsable command line
-            status = exit_.code if isinstance(exit_.code, int) else 1
-    return subprocess.CompletedProcess(list(args), status, out.getvalue(), err.getvalue())
 
 
 def requests(log: Path) -> list[dict[str, Any]]:
