@@ -68,7 +68,9 @@ def _run(pytester: pytest.Pytester, conftest: str, *args: str) -> dict[str, Any]
     for name in ("reports.jsonl", "setup-hook.txt", "out.xml"):
         (pytester.path / name).unlink(missing_ok=True)
     store = f"--evalgate-store=store-{len(list(pytester.path.glob('store-*')))}"
-    result = pytester.runpytest_subprocess(
+    # in this process: the two runs compare reports, not processes (xdist's workers are still
+    # processes of their own); the runner child is spawned as in a subprocess run
+    result = pytester.runpytest_inprocess(
         "--evalgate", "suite", store, "-p", "no:cacheprovider", "-rA", "--junitxml=out.xml", *args
     )
     reports = [
