@@ -9,7 +9,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, utils
+from inprockit import run_cli_inprocess
 
 from pytest_evalgate.attest.dsse import (
     EVALGATE_PAYLOAD_TYPE,
@@ -597,9 +597,8 @@ def test_a_tampered_override_fails(keys: dict[str, str], signed: dict[str, Any])
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != EVALGATE_KEY_PASSWORD_ENV}
-    command = [sys.executable, "-m", "pytest_evalgate.cli", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    # one-shot commands, run through the console script's main here (tests/inprockit.py)
+    return run_cli_inprocess(*args, cwd=cwd, env={EVALGATE_KEY_PASSWORD_ENV: None})
 
 
 def test_cli_keygen_verify_override_end_to_end(tmp_path: Path) -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inprockit import run_cli_inprocess
 from reportkit import sample_decision
 from suitekit import make_cases, write_suite
 
@@ -35,8 +35,7 @@ def _suite(pytester: pytest.Pytester) -> Path:
 
 
 def _verify(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest_evalgate.cli", "verify", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+    return run_cli_inprocess("verify", *args, cwd=cwd)  # tests/inprockit.py
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
