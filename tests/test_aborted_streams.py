@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from inprockit import run_pytest_inprocess
 from suitekit import write_suite
 
 pytestmark = pytest.mark.slow
@@ -103,20 +103,26 @@ def _suite(tmp_path: Path, candidate: str, baseline: str) -> Path:
     return write_suite(tmp_path / "suite", urls, extra=extra, budget=budget).parent
 
 
-def _run(suite: Path, store: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest", "--evalgate", str(suite), "-p", "no:cacheprovider",
-               "-q", f"--evalgate-store={store}", *extra]  # fmt: skip
-    return subprocess.run(command, cwd=suite.parent, capture_output=True, text=True, timeout=300)
+def _run(
+    pytester: pytest.Pytester, suite: Path, store: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    # in this process (tests/inprockit.py): the endpoints and the runner's child are what is
+    # tested, and they are processes or threads of their own either way
+    args = ["--evalgate", str(suite), "-p", "no:cacheprovider", "-q", f"--evalgate-store={store}"]
+    return run_pytest_inprocess(pytester, *args, *extra, cwd=suite.parent)
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]])
 def test_streams_ended_by_done_without_finish_reason_never_pass(
-    endpoints: tuple[_Llamaish, _Llamaish], tmp_path: Path, workers: list[str]
+    endpoints: tuple[_Llamaish, _Llamaish],
+    tmp_path: Path,
+    workers: list[str],
+    pytester: pytest.Pytester,
 ) -> None:
     interrupted, healthy = endpoints
     suite = _suite(tmp_path, interrupted.base_url, healthy.base_url)
     store = tmp_path / "store"
-    done = _run(suite, store, *workers)
+    done = _run(pytester, suite, store, *workers)
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "verdict INCOMPLETE" in output and "verdict PASS" not in output
@@ -130,24 +136,26 @@ def test_streams_ended_by_done_without_finish_reason_never_pass(
     candidate = [r for r in records if r.get("identity", {}).get("candidate") == "candidate"]
     assert candidate and all(r["score"] is None and r["error"]["category"] == "truncated"
                              for r in candidate)  # fmt: skip
-    again = _run(suite, store, *workers)
+    again = _run(pytester, suite, store, *workers)
     assert again.returncode != 0
     assert interrupted.requests == 12 * 2 * 2  # the rerun asks again: nothing was kept as an answer
     assert healthy.requests == 12  # the baseline's whole answers were kept
 
 
 def test_the_same_endpoint_with_finish_reasons_passes(
-    endpoints: tuple[_Llamaish, _Llamaish], tmp_path: Path
+    endpoints: tuple[_Llamaish, _Llamaish], tmp_path: Path, pytester: pytest.Pytester
 ) -> None:
     # The control: both sides answer whole streams; the gate passes, exit 0.
     _, healthy = endpoints
     suite = _suite(tmp_path, healthy.base_url, healthy.base_url)
-    done = _run(suite, tmp_path / "store")
+    done = _run(pytester, suite, tmp_path / "store")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verdict PASS" in done.stdout and " failed" not in done.stdout
 
 
-def test_a_hostile_retry_after_ends_the_run_with_the_endpoint_error(tmp_path: Path) -> None:
+def test_a_hostile_retry_after_ends_the_run_with_the_endpoint_error(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
     # A 503 with Retry-After: 100000 held a run silently for over 400 s. Now each identity ends
     # after its first attempt (the wait is longer than budget.timeout_s) as a server_error.
     busy, healthy = _Llamaish(interrupt=False, busy=True), _Llamaish(interrupt=False)
@@ -155,7 +163,7 @@ def test_a_hostile_retry_after_ends_the_run_with_the_endpoint_error(tmp_path: Pa
         server.thread.start()
     try:
         suite = _suite(tmp_path, busy.base_url, healthy.base_url)
-        done = _run(suite, tmp_path / "store")
+        done = _run(pytester, suite, tmp_path / "store")
     finally:
         for server in (busy, healthy):
             server.server.shutdown()
