@@ -8,21 +8,24 @@ out; with it the next run decides. A real loopback server and real ``pytest --ev
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from inprockit import run_pytest_inprocess
 from suitekit import make_cases, write_suite
 from test_bad_request_scope import LONG, _Server, serve  # noqa: F401  (serve: the fixture)
 
 pytestmark = pytest.mark.slow
 
 
-def _pytest(suite: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "pytest", "--evalgate", str(suite), "-p", "no:cacheprovider",
-            "-q", f"--evalgate-store={tmp_path / 'store'}", *extra]  # fmt: skip
-    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+def _pytest(
+    pytester: pytest.Pytester, suite: Path, tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    # in this process (tests/inprockit.py): the endpoint is a thread here either way
+    argv = ["--evalgate", str(suite), "-p", "no:cacheprovider", "-q",
+            f"--evalgate-store={tmp_path / 'store'}", *extra]  # fmt: skip
+    return run_pytest_inprocess(pytester, *argv, cwd=tmp_path)
 
 
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["alone", "xdist"])
@@ -30,6 +33,7 @@ def test_a_case_longer_than_the_context_is_named_a_suite_defect(
     tmp_path: Path,
     serve: list[_Server],  # noqa: F811
     xdist: list[str],
+    pytester: pytest.Pytester,
 ) -> None:
     server = _Server({"Question 1 about a:": LONG})
     server.thread.start()
@@ -41,7 +45,7 @@ def test_a_case_longer_than_the_context_is_named_a_suite_defect(
         budget={"max_concurrency": 2, "max_attempts": 2, "timeout_s": 10},
         extra={"stream": False},
     ).parent
-    done = _pytest(suite, tmp_path, *xdist)
+    done = _pytest(pytester, suite, tmp_path, *xdist)
     out = done.stdout + done.stderr
     assert done.returncode == 1 and "verdict INCOMPLETE" in out, out[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("suite defect")]
@@ -57,6 +61,6 @@ def test_a_case_longer_than_the_context_is_named_a_suite_defect(
     raw["dataset"]["exclude"] = [{"case": "a-001", "reason": "longer than the 2k context"}]
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     asked = server.asked
-    again = _pytest(suite, tmp_path, *xdist)
+    again = _pytest(pytester, suite, tmp_path, *xdist)
     assert "verdict PASS" in again.stdout, again.stdout[-3000:]
     assert "suite defect" not in again.stdout and server.asked == asked
