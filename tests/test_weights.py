@@ -1,17 +1,18 @@
 """Weights provenance (SPEC section 20, issue 30): a small weights folder signed with the real
 ``model-signing`` package and P-256 keys from ``evalgate keygen``, verified by ``evalgate
-weights verify`` as a process: one flipped byte, a missing and an extra file are named; a wrong
-key, or a trusted key without ``release``, is refused; the record feeds the decision."""
+weights verify`` (the console script's ``main``, run in this process with the key password
+variable removed, as the subprocess it replaced had it): one flipped byte, a missing and an
+extra file are named; a wrong key, or a trusted key without ``release``, is refused; the record
+feeds the decision."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from inprockit import run_cli_inprocess
 
 from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_generate_key
 from pytest_evalgate.decision.weights import EVALGATE_WEIGHTS_VERIFIED_ENV, evalgate_weights_record
@@ -23,9 +24,7 @@ D = "sha256:" + "1" * 64
 
 
 def _cli(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != EVALGATE_KEY_PASSWORD_ENV}
-    command = [sys.executable, "-m", "pytest_evalgate.cli", "weights", *args]
-    return subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    return run_cli_inprocess("weights", *args, cwd=work, env={EVALGATE_KEY_PASSWORD_ENV: None})
 
 
 @pytest.fixture()
