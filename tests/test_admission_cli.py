@@ -1,6 +1,11 @@
-"""``evalgate registry promote|revoke|show`` and ``evalgate admission serve`` as real
-processes: the console script end to end, exit statuses, and a revocation reaching a running
-webhook process."""
+"""``evalgate registry promote|revoke|show`` and ``evalgate admission serve``: the console
+script end to end, exit statuses, and a revocation reaching a running webhook process.
+
+The one-shot commands (``keygen``, ``override``, ``registry ...``) run through the console
+script's ``main`` in this process (:func:`inprockit.run_cli_inprocess`, with the environment the
+subprocesses had: no key password, the webhook host); ``admission serve`` stays a real process
+(:func:`_cli_process`): it configures logging and signal handlers, and the webhook test signals
+it and reads its log."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from admissionkit import (
     signed_decision,
     stop_process,
 )
+from inprockit import run_cli_inprocess
 
 from pytest_evalgate.attest.dsse import evalgate_write_envelope
 from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV
@@ -45,6 +51,13 @@ def _env() -> dict[str, str]:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``evalgate ARGS`` in this process, with the environment ``_env`` gives a subprocess."""
+    env = {EVALGATE_KEY_PASSWORD_ENV: None, EVALGATE_ADMISSION_HOST_ENV: "127.0.0.1"}
+    return run_cli_inprocess(*args, cwd=cwd, env=env)
+
+
+def _cli_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``evalgate ARGS`` as a process (``admission serve``: logging and signal handlers)."""
     command = [sys.executable, "-m", "pytest_evalgate.cli", *args]
     return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=60)
 
@@ -245,14 +258,14 @@ def test_a_revocation_reaches_the_webhook_process(served: Served) -> None:
 
 def test_an_unusable_certificate_exits_4_before_listening(work: Path) -> None:
     (work / "bad.crt").write_text("not a certificate")
-    done = _cli(
+    done = _cli_process(
         "admission", "serve", "--key", "keys/gate/evalgate.pub", "--registry", "registry",
         "--registry-key", "keys/registry/evalgate.pub", "--tls-cert", "bad.crt",
         "--tls-key", "bad.crt", "--port", "0", cwd=work,
     )  # fmt: skip
     assert done.returncode == 4 and "--tls-cert" in done.stderr
     assert EVALGATE_ADMISSION_READY not in done.stdout
-    missing = _cli(
+    missing = _cli_process(
         "admission", "serve", "--key", "keys/gate/evalgate.pub", "--registry", "nowhere",
         "--registry-key", "keys/registry/evalgate.pub", "--tls-cert", "bad.crt",
         "--tls-key", "bad.crt", cwd=work,
