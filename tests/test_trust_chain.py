@@ -1,6 +1,7 @@
 """The trust chain end to end (SPEC section 20, issue 30): a real ``pytest --evalgate`` run of
 the tiny example suite with a trust file, the console script (``policy approve``, ``verify``,
-``registry promote``) as subprocesses, and the real HTTPS admission webhook process
+``registry promote``, ``weights sign|verify``) through its ``main`` in this process (the
+environment the subprocesses had: no key password), and the real HTTPS admission webhook process
 (``admission serve --trust``) fed real AdmissionReview JSON.
 
 - approved policy -> the decision is signed, verifies with ``--trust``, is promoted and
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 from admissionkit import Client, make_tls, model_image, pod, review, sign_raw, stop_process
+from inprockit import run_cli_inprocess
 
 from pytest_evalgate.attest.dsse import evalgate_statement, evalgate_write_envelope
 from pytest_evalgate.attest.keys import EVALGATE_KEY_PASSWORD_ENV, evalgate_generate_key
@@ -55,8 +57,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _cli(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "pytest_evalgate.cli", *args]
-    return subprocess.run(command, cwd=work, env=_env(), capture_output=True, text=True, timeout=60)
+    """``evalgate ARGS`` in this process, with the environment ``_env`` gives the webhook."""
+    env = {EVALGATE_KEY_PASSWORD_ENV: None, EVALGATE_ADMISSION_HOST_ENV: "127.0.0.1"}
+    return run_cli_inprocess(*args, cwd=work, env=env)
 
 
 @pytest.fixture()
