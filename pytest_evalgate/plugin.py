@@ -113,12 +113,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # The runner child starts here, as soon as the options say this process will request:
     # its interpreter and imports (~0.27 s) overlap conftests, configuration and collection.
     # A run that needs no request stops it again (session/running.py, at the item loop's end);
-    # a process that ends before (a usage error) closes its stdin, and the child then exits
-    # without a request.
+    # a session that ends before (a usage error) stops it at its clean-up, so a child started
+    # with one session's environment never serves the next session of the same process
+    # (pytester's in-process runs, pytest.main called twice).
     if evalgate_prespawn_wanted(early_config.known_args_namespace):
-        from pytest_evalgate.runner.spawn import evalgate_prespawn_child
+        from pytest_evalgate.runner.spawn import (
+            evalgate_discard_prespawned,
+            evalgate_prespawn_child,
+        )
 
         evalgate_prespawn_child()
+        early_config.add_cleanup(evalgate_discard_prespawned)
 
 
 def evalgate_prespawn_wanted(options: object) -> bool:

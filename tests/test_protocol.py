@@ -24,6 +24,7 @@ from suitekit import make_cases, write_suite
 
 from pytest_evalgate import protocol
 from pytest_evalgate.plugin import evalgate_prespawn_wanted
+from pytest_evalgate.runner import spawn
 
 # one slot and one attempt: which identity meets an error (fail_rate, by arrival) is the same
 # in every run, so two runs can be compared item by item
@@ -292,3 +293,16 @@ def pytest_collection_modifyitems(config, items):
     assert len(lines) == 8 and all(
         line.startswith("True ('suite/evalgate.yaml', 0, ") for line in lines
     ), lines
+
+
+def test_a_session_that_ends_in_a_usage_error_stops_its_prespawned_child(
+    pytester: pytest.Pytester,
+) -> None:
+    # The child was started with this session's environment: the next session of the same
+    # process (pytester's in-process runs here) must start its own, not adopt this one.
+    _suite(pytester, per_category=2)
+    result = pytester.runpytest_inprocess(
+        "--evalgate", "suite", "-p", "no:cacheprovider", "--evalgate-shard=3/2"
+    )
+    assert result.ret == 4
+    assert spawn._PRESPAWNED == []
