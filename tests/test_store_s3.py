@@ -8,14 +8,15 @@ tests/test_store.py, run against the folder store and this one alike.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from assertkit import evalgate_decided_exit
+from inprockit import patched_environ, run_cli_inprocess, run_pytest_inprocess
 from seaweedkit import EvalgateSeaweed, _free_ports
 from suitekit import write_suite
 from test_store import EXPECT, PREFIX, record
@@ -205,13 +206,22 @@ def test_a_failed_put_is_a_store_error(seaweed: EvalgateSeaweed) -> None:
         store.evalgate_write_atomic(f"{PREFIX}/x.jsonl", b"x\n")
 
 
-def _bad_env(seaweed: EvalgateSeaweed, **changes: str) -> dict[str, str]:
-    import os
+def _env_changes(seaweed: EvalgateSeaweed, **changes: str) -> dict[str, str | None]:
+    """The environment changes that point a run at ``seaweed`` alone: every other ``AWS_``
+    variable removed, then ``changes``."""
+    removed: dict[str, str | None] = {k: None for k in os.environ if k.startswith("AWS_")}
+    return {**removed, **seaweed.env(), **changes}
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTEST_"))}
-    env.update(seaweed.env())
-    env.update(changes)
-    return env
+
+def _pytest(
+    pytester: pytest.Pytester, cwd: Path, env: dict[str, str | None], *args: str
+) -> subprocess.CompletedProcess[str]:
+    # in this process (tests/inprockit.py): the store's client is made per run from the
+    # environment of the run, and the store is a process of its own either way
+    with patched_environ(env):
+        return run_pytest_inprocess(
+            pytester, "--evalgate", "suite", *NO_CACHE, "-q", *args, cwd=cwd
+        )
 
 
 @pytest.mark.parametrize(
@@ -222,42 +232,38 @@ def _bad_env(seaweed: EvalgateSeaweed, **changes: str) -> dict[str, str]:
     ],
 )
 def test_a_run_with_a_broken_store_stops_before_any_request(
-    seaweed: EvalgateSeaweed, tmp_path: Path, changes: dict[str, str], message: str
+    seaweed: EvalgateSeaweed,
+    tmp_path: Path,
+    changes: dict[str, str],
+    message: str,
+    pytester: pytest.Pytester,
 ) -> None:
     write_suite(
         tmp_path / "suite", {"candidate": "simulated://?seed=1", "baseline": "simulated://?seed=2"}
     )
     log = tmp_path / "requests.jsonl"
-    argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", *NO_CACHE, "-q"]
-    argv += [f"--evalgate-store={seaweed.new_store()}", f"--evalgate-request-log={log}"]
-    env = _bad_env(seaweed, **changes)
-    ran = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=120)
-    assert ran.returncode == 4, ran.stdout.decode()[-2000:] + ran.stderr.decode()[-2000:]
-    assert message in ran.stderr.decode()
+    args = [f"--evalgate-store={seaweed.new_store()}", f"--evalgate-request-log={log}"]
+    ran = _pytest(pytester, tmp_path, _env_changes(seaweed, **changes), *args)
+    assert ran.returncode == 4, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert message in ran.stderr
     assert not log.exists()  # the simulated model never got a request
 
 
 def test_evalgate_gate_reads_an_s3_store_and_names_a_broken_one(
-    seaweed: EvalgateSeaweed, tmp_path: Path
+    seaweed: EvalgateSeaweed, tmp_path: Path, pytester: pytest.Pytester
 ) -> None:
     suite = write_suite(
         tmp_path / "suite", {"candidate": "simulated://?seed=1", "baseline": "simulated://?seed=2"}
     )
     location = seaweed.new_store()
-    argv = [sys.executable, "-m", "pytest", "--evalgate", "suite", *NO_CACHE, "-q"]
-    ran = subprocess.run(
-        [*argv, f"--evalgate-store={location}"],
-        cwd=tmp_path, env=_bad_env(seaweed), capture_output=True, timeout=120,
-    )  # fmt: skip
-    assert ran.returncode == evalgate_decided_exit(ran.stdout.decode()), ran.stderr.decode()[-3000:]
-    gate = [sys.executable, "-m", "pytest_evalgate.cli", "gate", str(suite), "--store", location]
-    gate += ["--report", str(tmp_path / "rep")]
-    good = subprocess.run(gate, env=_bad_env(seaweed), capture_output=True, timeout=120)
-    assert good.returncode == ran.returncode, good.stdout.decode() + good.stderr.decode()
+    ran = _pytest(pytester, tmp_path, _env_changes(seaweed), f"--evalgate-store={location}")
+    assert ran.returncode == evalgate_decided_exit(ran.stdout), ran.stderr[-3000:]
+    gate = ["gate", str(suite), "--store", location, "--report", str(tmp_path / "rep")]
+    good = run_cli_inprocess(*gate, cwd=tmp_path, env=_env_changes(seaweed))
+    assert good.returncode == ran.returncode, good.stdout + good.stderr
     decision = json.loads((tmp_path / "rep" / "decision.json").read_text())
     assert decision["counts"]["completed"] == decision["counts"]["expected"] > 0
-    bad = subprocess.run(
-        gate, env=_bad_env(seaweed, AWS_SECRET_ACCESS_KEY="x"), capture_output=True, timeout=120
-    )
+    bad_env = _env_changes(seaweed, AWS_SECRET_ACCESS_KEY="x")
+    bad = run_cli_inprocess(*gate, cwd=tmp_path, env=bad_env)
     assert bad.returncode == 4
-    assert "credentials rejected" in bad.stdout.decode() + bad.stderr.decode()
+    assert "credentials rejected" in bad.stdout + bad.stderr
