@@ -31,7 +31,9 @@ def _two_suites(root: Path, first: dict[str, float], second: dict[str, float]) -
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    # in this process: the refusal and the verdicts are the session's, not the process's (the
+    # runner's child and xdist's workers are still processes of their own)
+    return pytester.runpytest_inprocess(
         "--evalgate", "one", "two", "--evalgate-store=store",
         "--evalgate-request-log=requests.jsonl", "-p", "no:cacheprovider", *args,
     )  # fmt: skip
