@@ -24,12 +24,20 @@ def _two_suites(root: Path, second_revision: str) -> None:
     write_suite(root / "two", urls, cases=cases, suite="suite-two", revision=second_revision)
 
 
+ARGS = ("--evalgate", "one", "two", "--evalgate-store=store",
+        "--evalgate-request-log=requests.jsonl", "-p", "no:cacheprovider")  # fmt: skip
+
+
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "--evalgate", "one", "two", "--evalgate-store=store",
-        "--evalgate-request-log=requests.jsonl", "-p", "no:cacheprovider", *args,
-        timeout=120,
-    )  # fmt: skip
+    # a subprocess with a timeout: the regression this refusal guards against is a session that
+    # hangs, which must fail the test, not hang it
+    return pytester.runpytest_subprocess(*ARGS, *args, timeout=120)
+
+
+def _run_inprocess(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    # the runs that are meant to go through: what is asserted is the session's outcomes and
+    # verdicts, not the process's (the runner's child and xdist's workers are still processes)
+    return pytester.runpytest_inprocess(*ARGS, *args)
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one-process", "xdist"])
@@ -51,14 +59,14 @@ def test_two_suites_sharing_identities_are_refused_before_any_request(
 
 def test_a_selection_that_keeps_one_of_them_runs(pytester: pytest.Pytester) -> None:
     _two_suites(pytester.path, second_revision="r1")
-    result = _run(pytester, "--deselect", "two/evalgate.yaml")
+    result = _run_inprocess(pytester, "--deselect", "two/evalgate.yaml")
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=6 + 1)  # 2 candidates x 3 cases, one rule
 
 
 def test_distinct_revisions_run_and_gate_together(pytester: pytest.Pytester) -> None:
     _two_suites(pytester.path, second_revision="r2")
-    result = _run(pytester)
+    result = _run_inprocess(pytester)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=12 + 2)
     result.stdout.fnmatch_lines(["*suite-one*PASS*", "*suite-two*PASS*"], consecutive=False)
