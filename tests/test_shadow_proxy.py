@@ -5,14 +5,14 @@ What each test shows: the client gets stable's bytes (a fixed upstream compared 
 whole and chunked-streamed; the simulator too, its per-request id and time aside); about P % of
 requests reach the candidate; a hanging, failing or absent candidate costs the client nothing;
 later turns of a tool loop never reach the candidate; keys are not kept; and the shadow gate
-fails a candidate whose answers are 40 % longer and passes an equal one.
+fails a candidate whose answers are 40 % longer and passes an equal one (the proxy is a
+subprocess, served and stopped by signal; the one-shot gate runs in this process).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprockit import run_cli_inprocess
 
 from pytest_evalgate.simulated import (
     EvalgateSimConfig,
@@ -355,9 +356,10 @@ def test_shadow_gate_fails_longer_and_passes_equal(
         proxy.stop()
     out = tmp_path / "shadow-decision.json"
     suite = str(shadow_suite(tmp_path))
-    argv = [sys.executable, "-m", "pytest_evalgate.cli", "shadow", "gate", suite,
-            "--store", str(store), "--out", str(out)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    # a one-shot command: through the console script's main in this process
+    done = run_cli_inprocess(
+        "shadow", "gate", suite, "--store", str(store), "--out", str(out), cwd=tmp_path
+    )
     assert done.returncode == status, done.stdout + done.stderr
     decision = json.loads(out.read_text())
     length = next(rule for rule in decision["rules"] if rule["metric"] == "output_length_ratio")
