@@ -1,8 +1,9 @@
 """The shadow gate's ``judge_preference_delta``: each kept pair judged by the suite's pinned
 judge. Real processes on loopback: a stable and a candidate simulator behind
 ``evalgate shadow serve --keep-question``, then ``evalgate shadow gate`` with a simulated judge
-(pointwise and pairwise suites). An equal candidate (its answers are stable's) passes; one that
-answers every case wrong fails. Plus the rule's arithmetic on given outcomes and its bounds.
+(pointwise and pairwise suites judge one store of each candidate; the one-shot gate runs in this
+process). An equal candidate (its answers are stable's) passes; one that answers every case
+wrong fails. Plus the rule's arithmetic on given outcomes and its bounds.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import json
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inprockit import run_cli_inprocess
 from judgekit import write_judged_suite
 from suitekit import make_cases
 
@@ -70,15 +73,30 @@ def keep_pairs(folder: Path, candidate_accuracy: float, keep_question: bool = Tr
     return store
 
 
+@pytest.fixture(scope="module")
+def kept_store(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
+    """``keep_pairs`` of a candidate of each accuracy, once per module: the gate only reads a
+    store, and the pointwise and pairwise suites judge the same pairs."""
+    stores: dict[float, Path] = {}
+
+    def get(accuracy: float) -> Path:
+        if accuracy not in stores:
+            stores[accuracy] = keep_pairs(tmp_path_factory.mktemp("kept"), accuracy)
+        return stores[accuracy]
+
+    return get
+
+
 def gate(folder: Path, mode: str, store: Path) -> tuple[int, dict[str, Any], str]:
     judge_url = "simulated://?judge=1&accuracy=1.0&seed=5"
     suite = write_judged_suite(folder / "suite", mode=mode, cases=CASES, judge_url=judge_url)
     with (suite.parent / "gate.yaml").open("a", encoding="utf-8") as handle:
         handle.write(RULE)
     out = folder / "shadow-decision.json"
-    argv = [sys.executable, "-m", "pytest_evalgate.cli", "shadow", "gate", str(suite.parent),
-            "--store", str(store), "--out", str(out)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    # a one-shot command (its judge simulator still a process): the console script's main here
+    done = run_cli_inprocess(
+        "shadow", "gate", str(suite.parent), "--store", str(store), "--out", str(out), cwd=folder
+    )
     assert done.returncode in (0, 1, 2), done.stdout + done.stderr
     return done.returncode, json.loads(out.read_text()), done.stdout
 
@@ -88,9 +106,14 @@ def gate(folder: Path, mode: str, store: Path) -> tuple[int, dict[str, Any], str
     "accuracy, status, estimate", [(1.0, 0, 0.0), (0.0, 1, 1.0)], ids=["equal", "lower"]
 )
 def test_the_pinned_judge_fails_a_worse_candidate_and_passes_an_equal_one(
-    tmp_path: Path, mode: str, accuracy: float, status: int, estimate: float
+    tmp_path: Path,
+    kept_store: Callable[[float], Path],
+    mode: str,
+    accuracy: float,
+    status: int,
+    estimate: float,
 ) -> None:
-    store = keep_pairs(tmp_path, accuracy)
+    store = kept_store(accuracy)
     code, decision, out = gate(tmp_path, mode, store)
     assert code == status, out
     (rule,) = decision["rules"]
