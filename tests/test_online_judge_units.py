@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprockit import run_cli_inprocess
 from judgekit import write_judged_suite
 from prometheus_client.parser import text_string_to_metric_families
 from suitekit import make_cases
@@ -278,6 +279,14 @@ def serve(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
+def refused(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``serve`` refused (exit 4) before its judge, /metrics or a signal handler is set up: the
+    same command through the console script's main in this process."""
+    return run_cli_inprocess(
+        "online-judge", "serve", str(suite), "--once", "--exit-when-done", *args, cwd=suite
+    )
+
+
 def final(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()
@@ -334,7 +343,7 @@ def test_a_pairwise_judge_is_refused_naming_the_key(tmp_path: Path) -> None:
     suite = judged_suite(tmp_path, mode="pairwise")
     feed = tmp_path / "feed.jsonl"
     write_feed(feed)
-    done = serve(suite, "--feed", str(feed), "--rate", "1")
+    done = refused(suite, "--feed", str(feed), "--rate", "1")
     assert done.returncode == 4, done.stdout + done.stderr
     assert "evaluator.mode" in done.stderr and "pairwise" in done.stderr
     assert done.stdout == ""  # refused before anything listens
@@ -347,7 +356,7 @@ def test_a_pairwise_judge_is_refused_naming_the_key(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_bad_options_exit_4_naming_the_option(tmp_path: Path, args: list[str], key: str) -> None:
     suite = judged_suite(tmp_path, judge_url=ACCURATE_JUDGE)
-    done = serve(suite, "--feed", str(tmp_path / "feed.jsonl"), *args)
+    done = refused(suite, "--feed", str(tmp_path / "feed.jsonl"), *args)
     assert done.returncode == 4 and key in done.stderr, done.stderr
 
 
