@@ -83,7 +83,8 @@ def _suite(pytester: pytest.Pytester, **extra: Any) -> Path:
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, int, list[str]]:
-    result = pytester.runpytest_subprocess(
+    # in this process: its sessions (and runner children) are the same as a pytest process's
+    result = pytester.runpytest_inprocess(
         "--evalgate", "suite", "--evalgate-request-log=requests.jsonl", "-p", "no:cacheprovider",
         *args,
     )  # fmt: skip
