@@ -98,7 +98,7 @@ def test_xunit2_validates_under_xdist(
     pytester: pytest.Pytester, schema: xmlschema.XMLSchema
 ) -> None:
     _suite(pytester)
-    result = pytester.runpytest_subprocess(*ARGS, "-n", "2")
+    result = pytester.runpytest_inprocess(*ARGS, "-n", "2")
     assert result.ret == 0
     schema.validate(str(pytester.path / "out.xml"))
     root = _root(pytester)
@@ -169,7 +169,7 @@ def test_a_suite_runs_without_each_optional_pytest_plugin(
     # 'junit_family'"; no plugin of pytest's may be assumed
     _suite(pytester)
     quiet = [] if plugin == "terminal" else ["-q"]  # -q is the terminal plugin's option
-    result = pytester.runpytest_subprocess("--evalgate", "suite", *quiet, "-p", f"no:{plugin}")
+    result = pytester.runpytest_inprocess("--evalgate", "suite", *quiet, "-p", f"no:{plugin}")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     if plugin == "terminal":  # nothing reports outcomes; the gate still decided (exit 0)
         assert "Traceback" not in result.stdout.str() + result.stderr.str()
