@@ -164,7 +164,7 @@ def test_shard_run_stores_its_shard_and_does_not_gate(pytester: pytest.Pytester)
 
 def test_xdist_gives_the_same_decision(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD, cases=make_cases(["alpha", "beta", "gamma"], 8))
-    single = pytester.runpytest_subprocess(
+    single = pytester.runpytest_inprocess(
         "--evalgate",
         "suite",
         "-p",
@@ -172,7 +172,7 @@ def test_xdist_gives_the_same_decision(pytester: pytest.Pytester) -> None:
         "--evalgate-store=s1",
         "--evalgate-report=r1",
     )
-    double = pytester.runpytest_subprocess(
+    double = pytester.runpytest_inprocess(
         "--evalgate", "suite", "-p", "no:cacheprovider", "--evalgate-store=s2",
         "--evalgate-report=r2", "-n", "2",
     )  # fmt: skip
@@ -212,7 +212,7 @@ def test_shard_plan_in_the_manifest_decides_the_shard(pytester: pytest.Pytester)
 
 def test_junit_is_correct_under_xdist(pytester: pytest.Pytester) -> None:
     _suite(pytester, GOOD, BAD)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "--evalgate", "suite", "-n", "2", "--junitxml=out.xml", "-p", "no:cacheprovider"
     )
     assert result.ret == 0
