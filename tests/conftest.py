@@ -18,7 +18,8 @@
   process starts): the pytest runs and CLI processes the tests start then write and reuse
   bytecode and pytest's rewritten asserts instead of compiling every module again at each start
   (~1.3 s of CPU each here, hundreds of starts per suite).
-- The plugin's heavy half (and scipy.stats, which ``stats.py`` imports on first use, and
+- The plugin's heavy half (its gate, decision and report modules too, and hypothesis, whose
+  pytest plugin pytester's runs load; and scipy.stats, which ``stats.py`` imports on first use, and
   matplotlib's pyplot with the Agg and SVG backends, which the report imports on first use) is
   imported here, in the outer process: pytester's in-process runs
   restore ``sys.modules`` after each inner session, and numpy refuses to be imported a second
@@ -33,6 +34,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import hypothesis  # noqa: F401  (its pytest plugin loads in pytester's runs: see the docstring)
 import matplotlib
 import pytest
 import scipy.stats  # noqa: F401  (imported lazily by stats.py; see the module docstring)
@@ -43,7 +45,13 @@ import matplotlib.backends.backend_agg
 import matplotlib.backends.backend_svg
 import matplotlib.pyplot
 
-import pytest_evalgate.session.core  # noqa: F401  (see the module docstring)
+# the plugin's heavy half, and what an in-process gating run imports after its last answer
+# (see the module docstring): imported once here, not again by every inner session
+import pytest_evalgate.decision.decide
+import pytest_evalgate.protocol
+import pytest_evalgate.report.write
+import pytest_evalgate.session.core
+import pytest_evalgate.session.gate  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).parent))
 
