@@ -100,9 +100,10 @@ def test_an_s3_run_leaves_its_signed_report_in_the_bucket(
     location = seaweed.new_store()
     private, _public = evalgate_generate_key(str(pytester.path / "keys"))
     store_arg, report_arg = f"--evalgate-store={location}", "--evalgate-report=rep"
-    assert pytester.runpytest_subprocess(*ARGS, store_arg).ret == 0  # the shard's rows
+    # in-process runs: the store is a process, its client is made from the environment above
+    assert pytester.runpytest_inprocess(*ARGS, store_arg).ret == 0  # the shard's rows
     # the aggregation, as its pod runs it: no volume, the report in its own folder
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         *ARGS, store_arg, "--evalgate-aggregate", report_arg, f"--evalgate-sign-key={private}"
     )
     assert result.ret == 0
