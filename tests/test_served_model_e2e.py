@@ -35,9 +35,11 @@ def _suite(pytester: pytest.Pytester, *, rewrite: bool, stream: bool = True) -> 
 
 
 def _run(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    # in this process: what is asserted is the session's output and records, not the process's
+    # (the simulators, the runner's child and xdist's workers are still processes of their own)
+    return pytester.runpytest_inprocess(
         "--evalgate", "suite", "--evalgate-store=store", "-p", "no:cacheprovider", "--tb=line",
-        "-rs", f"--evalgate-request-log={pytester.path / 'requests.jsonl'}", *extra, timeout=180,
+        "-rs", f"--evalgate-request-log={pytester.path / 'requests.jsonl'}", *extra,
     )  # fmt: skip
 
 
