@@ -25,7 +25,7 @@ def _records(store: Path) -> list[dict[str, object]]:
 
 
 def test_a_count_from_stream_chunks_is_marked_in_the_record_and_the_report(
-    tmp_path: Path,
+    tmp_path: Path, pytester: pytest.Pytester
 ) -> None:
     server = _Llamaish(interrupt=False)  # whole streams, no usage chunk
     server.thread.start()
@@ -34,7 +34,7 @@ def test_a_count_from_stream_chunks_is_marked_in_the_record_and_the_report(
         budget = {"max_concurrency": 4, "max_attempts": 2, "timeout_s": 10}
         suite = write_suite(tmp_path / "suite", urls, extra={"stream": True}, budget=budget)
         store, report = tmp_path / "store", tmp_path / "report"
-        done = _run(suite.parent, store, f"--evalgate-report={report}")
+        done = _run(pytester, suite.parent, store, f"--evalgate-report={report}")
     finally:
         server.server.shutdown()
         server.server.server_close()
