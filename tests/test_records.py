@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import pytest
@@ -244,6 +245,14 @@ def test_an_identity_from_loose_json_is_coerced() -> None:
         (
             {"dataset_revision": "r", "case_id": "a", "candidate": "c", "repetition": None},
             TypeError,
+        ),
+        (  # JSON's Infinity, as a damaged line may carry it: ValueError, not OverflowError
+            {"dataset_revision": "r", "case_id": "a", "candidate": "c", "repetition": math.inf},
+            ValueError,
+        ),
+        (
+            {"dataset_revision": "r", "case_id": "a", "candidate": "c", "repetition": -math.inf},
+            ValueError,
         ),
     ],
 )

@@ -186,6 +186,21 @@ def test_flipped_byte_fails_the_checksum(store: EvalgateStoreBackend) -> None:
     assert (REVISION, "b", "candidate", 0) not in read(store).results
 
 
+def test_a_damaged_line_with_an_infinite_repetition_is_a_problem(
+    store: EvalgateStoreBackend,
+) -> None:
+    # found by test_hardening_properties: Python's json reads Infinity, and naming the identity
+    # of the line that failed its checksum raised OverflowError out of the reader
+    relpath = segment(store, "seg-w-000001", record("a"), record("b"))
+    first, second = store.evalgate_read(relpath).splitlines(keepends=True)
+    damaged = second.replace(b'"repetition":0', b'"repetition":Infinity')
+    assert damaged != second
+    overwrite(store, relpath, first + damaged)
+    problem = only_problem(store)
+    assert (problem.file, problem.line, problem.identity) == (relpath, 2, "<unreadable identity>")
+    assert set(read(store).results) == {(REVISION, "a", "candidate", 0)}
+
+
 def test_a_record_written_non_canonically_still_verifies(store: EvalgateStoreBackend) -> None:
     # The reader's fast path hashes the stored line itself; a line that is valid but not in
     # canonical form (spaces, other key order) must still verify through the full path.

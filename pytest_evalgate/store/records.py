@@ -66,13 +66,19 @@ class EvalgateIdentity(NamedTuple):
         """The identity of a record's ``identity`` member, coerced to (str, str, str, int).
 
         Raises ``KeyError`` for a missing field, ``TypeError``/``ValueError`` for a repetition
-        that is not a number.
+        that is not a finite number (JSON's ``Infinity`` included: ``int()`` of it would raise
+        ``OverflowError``, which no reader of a damaged line expects).
         """
+        repetition = identity["repetition"]
+        try:
+            number = int(repetition)
+        except OverflowError as exc:
+            raise ValueError(f"repetition {repetition!r} is not a finite number") from exc
         return cls(
             str(identity["dataset_revision"]),
             str(identity["case_id"]),
             str(identity["candidate"]),
-            int(identity["repetition"]),
+            number,
         )
 
     def evalgate_fields(self) -> EvalgateIdentityFields:
